@@ -1,0 +1,286 @@
+//! `sharegpt`: `{"conversations": [{"from", "value"}], "system", "tools"}` with LLaMA-Factory
+//! tag names. `function_call` turns (a JSON call object or list of them) become assistant tool
+//! calls, merged into the assistant turn right before them; `observation` turns become tool
+//! responses. Bare function schemas in `tools` are wrapped as OpenAI tool objects, the shape
+//! inference servers render.
+
+use super::fields::{arguments_object, content_text, kind, list_or_json_string, optional_str};
+use super::{Repairs, Row};
+use crate::conversation::{Conversation, Message, Role, ToolCall};
+use crate::reject::{Reject, RejectReason, Repair};
+use serde_json::{Map, Value};
+
+#[derive(Debug, Clone)]
+pub struct ShareGptAdapter {
+    pub conversations: String,
+    pub system: String,
+    pub tools: String,
+    pub role_tag: String,
+    pub content_tag: String,
+    pub user_tag: String,
+    pub assistant_tag: String,
+    pub system_tag: String,
+    pub observation_tag: String,
+    pub function_tag: String,
+}
+
+impl Default for ShareGptAdapter {
+    fn default() -> Self {
+        ShareGptAdapter {
+            conversations: "conversations".into(),
+            system: "system".into(),
+            tools: "tools".into(),
+            role_tag: "from".into(),
+            content_tag: "value".into(),
+            user_tag: "human".into(),
+            assistant_tag: "gpt".into(),
+            system_tag: "system".into(),
+            observation_tag: "observation".into(),
+            function_tag: "function_call".into(),
+        }
+    }
+}
+
+impl ShareGptAdapter {
+    pub fn adapt(&self, row: &Row, repairs: &mut Repairs) -> Result<Conversation, Reject> {
+        let turns = list_or_json_string(row, &self.conversations, repairs)?.ok_or_else(|| {
+            Reject::new(
+                RejectReason::MissingField,
+                format!("field `{}` is missing", self.conversations),
+            )
+        })?;
+        let mut messages: Vec<Message> = Vec::with_capacity(turns.len() + 1);
+        if let Some(system) = optional_str(row, &self.system)? {
+            if !system.is_empty() {
+                messages.push(Message::system(system));
+            }
+        }
+        for (i, turn) in turns.iter().enumerate() {
+            let field = format!("{}[{i}]", self.conversations);
+            let Value::Object(turn) = turn else {
+                return Err(Reject::new(
+                    RejectReason::InvalidField,
+                    format!("`{field}` is a {}, expected a turn object", kind(turn)),
+                ));
+            };
+            self.turn(turn, &field, &mut messages, repairs)?;
+        }
+        let mut tools = super::openai::tools(row, &self.tools, repairs)?;
+        if tools.iter().any(is_bare_function) {
+            tools = tools
+                .into_iter()
+                .map(|t| {
+                    if is_bare_function(&t) {
+                        let mut o = Map::new();
+                        o.insert("type".into(), Value::String("function".into()));
+                        o.insert("function".into(), t);
+                        Value::Object(o)
+                    } else {
+                        t
+                    }
+                })
+                .collect();
+            repairs.push(Repair::ToolsWrapped);
+        }
+        Ok(Conversation { messages, tools })
+    }
+
+    fn turn(
+        &self,
+        turn: &Map<String, Value>,
+        field: &str,
+        messages: &mut Vec<Message>,
+        repairs: &mut Repairs,
+    ) -> Result<(), Reject> {
+        let tag = optional_str(turn, &self.role_tag)?.ok_or_else(|| {
+            Reject::new(
+                RejectReason::MissingField,
+                format!("`{field}.{}` is missing", self.role_tag),
+            )
+        })?;
+        let value_field = format!("{field}.{}", self.content_tag);
+        if tag == self.function_tag {
+            let calls = function_calls(turn.get(&self.content_tag), &value_field, repairs)?;
+            match messages.last_mut() {
+                Some(m) if m.role == Role::Assistant && m.tool_calls.is_empty() => {
+                    m.tool_calls = calls
+                }
+                _ => messages.push(Message::assistant("").with_tool_calls(calls)),
+            }
+            return Ok(());
+        }
+        let content = content_text(turn.get(&self.content_tag), &value_field, repairs)?;
+        let message = if tag == self.user_tag {
+            Message::user(content)
+        } else if tag == self.assistant_tag {
+            let reasoning = optional_str(turn, "reasoning_content")?.map(str::to_owned);
+            Message::assistant(content).with_reasoning(reasoning)
+        } else if tag == self.system_tag {
+            Message::system(content)
+        } else if tag == self.observation_tag {
+            let mut m = Message::tool(content);
+            m.name = optional_str(turn, "name")?.map(str::to_owned);
+            m.tool_call_id = optional_str(turn, "tool_call_id")?.map(str::to_owned);
+            m
+        } else {
+            return Err(Reject::new(
+                RejectReason::UnknownRole,
+                format!(
+                    "`{field}.{}` is `{tag}`; expected one of `{}`, `{}`, `{}`, `{}`, `{}`",
+                    self.role_tag,
+                    self.user_tag,
+                    self.assistant_tag,
+                    self.system_tag,
+                    self.function_tag,
+                    self.observation_tag
+                ),
+            ));
+        };
+        messages.push(message);
+        Ok(())
+    }
+}
+
+fn is_bare_function(tool: &Value) -> bool {
+    tool.get("name").is_some() && tool.get("function").is_none()
+}
+
+/// A `function_call` value: a JSON object `{"name", "arguments"}` or a list of them, as a
+/// string (LLaMA-Factory) or already parsed.
+fn function_calls(
+    value: Option<&Value>,
+    field: &str,
+    repairs: &mut Repairs,
+) -> Result<Vec<ToolCall>, Reject> {
+    let parsed;
+    let value = match value {
+        Some(Value::String(s)) => {
+            parsed = serde_json::from_str::<Value>(s).map_err(|e| {
+                Reject::new(
+                    RejectReason::InvalidToolArguments,
+                    format!("`{field}` is not a valid JSON function call: {e}"),
+                )
+            })?;
+            &parsed
+        }
+        Some(v) => v,
+        None => {
+            return Err(Reject::new(
+                RejectReason::MissingField,
+                format!("`{field}` is missing"),
+            ))
+        }
+    };
+    let calls: Vec<&Value> = match value {
+        Value::Array(a) => a.iter().collect(),
+        v => vec![v],
+    };
+    calls
+        .into_iter()
+        .enumerate()
+        .map(|(i, c)| {
+            let Value::Object(o) = c else {
+                return Err(Reject::new(
+                    RejectReason::InvalidToolArguments,
+                    format!("`{field}`[{i}] is a {}, expected a call object", kind(c)),
+                ));
+            };
+            let name = o.get("name").and_then(Value::as_str).ok_or_else(|| {
+                Reject::new(
+                    RejectReason::InvalidToolArguments,
+                    format!("`{field}`[{i}] has no string `name`"),
+                )
+            })?;
+            Ok(ToolCall {
+                id: o.get("id").and_then(Value::as_str).map(str::to_owned),
+                name: name.to_owned(),
+                arguments: arguments_object(
+                    o.get("arguments"),
+                    &format!("{field}[{i}].arguments"),
+                    repairs,
+                )?,
+            })
+        })
+        .collect()
+}
+
+/// The normalized ShareGPT record written next to the shards: LLaMA-Factory's superset, which
+/// this adapter (with default tags) reads back into the same conversation.
+///
+/// - the first system message → `system`; tools → `tools` as a JSON string;
+/// - user → `human`; tool responses → `observation` (with `name` / `tool_call_id` kept);
+/// - an assistant turn → `gpt` (with `reasoning_content` when present), followed by a
+///   `function_call` turn holding its calls as a JSON list of `{"name", "arguments"}` objects;
+///   the `gpt` turn is omitted when it has no content, no reasoning and has calls.
+pub fn to_sharegpt_record(conversation: &Conversation, id: &str, source: &str) -> Value {
+    let mut record = Map::new();
+    record.insert("id".into(), Value::String(id.to_owned()));
+    record.insert("source".into(), Value::String(source.to_owned()));
+    let mut messages = conversation.messages.as_slice();
+    if let Some((first, rest)) = messages.split_first() {
+        if first.role == Role::System {
+            record.insert("system".into(), Value::String(first.content.clone()));
+            messages = rest;
+        }
+    }
+    if !conversation.tools.is_empty() {
+        let tools = Value::Array(conversation.tools.clone()).to_string();
+        record.insert("tools".into(), Value::String(tools));
+    }
+    let turn = |from: &str, value: String| {
+        let mut t = Map::new();
+        t.insert("from".into(), Value::String(from.to_owned()));
+        t.insert("value".into(), Value::String(value));
+        t
+    };
+    let mut turns = Vec::with_capacity(messages.len());
+    for m in messages {
+        match m.role {
+            Role::System => turns.push(turn("system", m.content.clone())),
+            Role::User => turns.push(turn("human", m.content.clone())),
+            Role::Tool => {
+                let mut t = turn("observation", m.content.clone());
+                if let Some(n) = &m.name {
+                    t.insert("name".into(), Value::String(n.clone()));
+                }
+                if let Some(id) = &m.tool_call_id {
+                    t.insert("tool_call_id".into(), Value::String(id.clone()));
+                }
+                turns.push(t);
+            }
+            Role::Assistant => {
+                if !m.content.is_empty() || m.reasoning.is_some() || m.tool_calls.is_empty() {
+                    let mut t = turn("gpt", m.content.clone());
+                    if let Some(r) = &m.reasoning {
+                        t.insert("reasoning_content".into(), Value::String(r.clone()));
+                    }
+                    turns.push(t);
+                }
+                if !m.tool_calls.is_empty() {
+                    let calls: Vec<Value> = m
+                        .tool_calls
+                        .iter()
+                        .map(|c| {
+                            let mut o = Map::new();
+                            if let Some(id) = &c.id {
+                                o.insert("id".into(), Value::String(id.clone()));
+                            }
+                            o.insert("name".into(), Value::String(c.name.clone()));
+                            o.insert(
+                                "arguments".into(),
+                                Value::Object(c.arguments.clone().into_iter().collect()),
+                            );
+                            Value::Object(o)
+                        })
+                        .collect();
+                    turns.push(turn("function_call", Value::Array(calls).to_string()));
+                }
+            }
+        }
+    }
+    record.insert(
+        "conversations".into(),
+        Value::Array(turns.into_iter().map(Value::Object).collect()),
+    );
+    Value::Object(record)
+}

@@ -1,0 +1,273 @@
+//! `chatshards build PIPELINE.yaml`
+
+use crate::pipeline::{self, RowProcessor, Sinks};
+use crate::plan::{self, sha256_hex, Plan};
+use crate::printer::Printer;
+use crate::progress::BuildProgress;
+use crate::render::Renderer;
+use crate::report::{summary_table, SourceStats};
+use crate::tokenize::Tokenizer;
+use crate::validate::Validator;
+use crate::write::manifest::{InputFile, Inputs, Manifest, Settings, Tool};
+use crate::write::{self, read_bucket, shard_name, ShardWriter, Spill};
+use anyhow::{bail, Context, Result};
+use std::fs;
+use std::io::{BufWriter, Write};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Instant;
+
+pub struct BuildArgs {
+    pub pipeline: PathBuf,
+    pub threads: Option<usize>,
+}
+
+pub fn run(args: &BuildArgs, printer: &Printer) -> Result<()> {
+    let started = Instant::now();
+    let plan = plan::compile(&args.pipeline)?;
+    let processor = processor(&plan)?;
+    let out = &plan.output_dir;
+    check_output_dir(out)?;
+    let staging = sibling(out, "partial");
+    if staging.exists() {
+        fs::remove_dir_all(&staging)
+            .with_context(|| format!("failed to remove stale `{}`", staging.display()))?;
+    }
+    fs::create_dir_all(&staging)
+        .with_context(|| format!("failed to create `{}`", staging.display()))?;
+
+    let threads = args.threads.unwrap_or(0);
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .build()
+        .context("failed to start the thread pool")?;
+    let progress = BuildProgress::new(printer);
+    let spill_dir = staging.join(".spill");
+    let mut spill = Spill::new(&spill_dir, plan.shuffle)?;
+    let mut rejects = create(&staging.join("rejects.jsonl"))?;
+    let mut conversations = create(&staging.join("conversations.jsonl"))?;
+    let stats = pool.install(|| {
+        let mut sinks = Sinks {
+            spill: &mut spill,
+            rejects: &mut rejects,
+            conversations: &mut conversations,
+        };
+        pipeline::run(&plan, &processor, &mut sinks, &progress)
+    })?;
+    progress.finish();
+    rejects.flush().context("failed to write rejects.jsonl")?;
+    conversations
+        .flush()
+        .context("failed to write conversations.jsonl")?;
+
+    let named: Vec<(String, SourceStats)> = plan
+        .sources
+        .iter()
+        .map(|s| s.name.clone())
+        .zip(stats.iter().cloned())
+        .collect();
+    printer.info(&summary_table(&named));
+    for (name, s) in &named {
+        if !s.balanced() {
+            bail!("internal error: the accounting of source `{name}` does not balance: {s:?}");
+        }
+    }
+    let total_rows = spill.rows();
+    if total_rows == 0 {
+        bail!(
+            "no rows were kept, so no dataset was written; see `{}` for the reasons",
+            staging.join("rejects.jsonl").display()
+        );
+    }
+
+    let source_names = Arc::new(plan.sources.iter().map(|s| s.name.clone()).collect());
+    let shards = write_shards(&staging, spill, total_rows, plan.rows_per_shard, source_names)?;
+    fs::remove_dir_all(&spill_dir).ok();
+
+    let files: Vec<String> = shards.iter().map(|s| s.file.clone()).collect();
+    let fingerprint = sha256_hex(
+        shards
+            .iter()
+            .map(|s| s.sha256.as_str())
+            .collect::<String>()
+            .as_bytes(),
+    );
+    write_file(
+        &staging.join("dataset_info.json"),
+        &write::dataset_info_json(&format!("{} (built by chatshards)", plan.name)),
+    )?;
+    write_file(
+        &staging.join("state.json"),
+        &write::state_json(&files, &fingerprint[..16]),
+    )?;
+    let manifest = manifest(&plan, named, shards)?;
+    let manifest_json = write::pretty(&serde_json::to_value(&manifest)?);
+    write_file(&staging.join("manifest.json"), &manifest_json)?;
+
+    if out.exists() {
+        fs::remove_dir_all(out).with_context(|| format!("failed to replace `{}`", out.display()))?;
+    }
+    fs::rename(&staging, out).with_context(|| format!("failed to move the dataset into `{}`", out.display()))?;
+    let secs = started.elapsed().as_secs_f64();
+    printer.info(&format!(
+        "wrote {} rows, {} tokens ({} supervised) in {} shard(s) to `{}` in {secs:.1}s ({:.0} rows/s, {:.2} M tokens/s)",
+        manifest.rows,
+        manifest.tokens,
+        manifest.supervised_tokens,
+        manifest.shards.len(),
+        out.display(),
+        manifest.rows as f64 / secs,
+        manifest.tokens as f64 / secs / 1e6
+    ));
+    Ok(())
+}
+
+/// Builds the per-row processor (renderer, tokenizer, validator) for a plan.
+pub fn processor(plan: &Plan) -> Result<RowProcessor> {
+    let renderer = Renderer::new(&plan.template.source, plan.template.kwargs.clone())
+        .with_context(|| format!("in template `{}`", plan.template.path.display()))?;
+    let tokenizer = Tokenizer::load(&plan.tokenizer_path)?;
+    let validator = Validator::new(&tokenizer.forbidden);
+    Ok(RowProcessor {
+        renderer,
+        tokenizer,
+        validator,
+        policy: plan.policy,
+        max_tokens: plan.max_tokens,
+        length_policy: plan.length_policy,
+        min_supervised_tokens: plan.min_supervised_tokens,
+    })
+}
+
+/// Refuses to overwrite a directory that is not a previous chatshards output, or one whose
+/// rows are already referenced by extracted hidden states.
+fn check_output_dir(out: &Path) -> Result<()> {
+    if !out.exists() {
+        return Ok(());
+    }
+    if out.join("hidden_states").exists() {
+        bail!(
+            "`{}` has a `hidden_states/` folder: its row order is in use and must not change. Choose another `output.dir`",
+            out.display()
+        );
+    }
+    let empty = fs::read_dir(out)
+        .with_context(|| format!("failed to read `{}`", out.display()))?
+        .next()
+        .is_none();
+    if !empty && !out.join("manifest.json").exists() {
+        bail!(
+            "`{}` exists and is not a chatshards dataset (no manifest.json); refusing to overwrite it",
+            out.display()
+        );
+    }
+    Ok(())
+}
+
+fn write_shards(
+    dir: &Path,
+    spill: Spill,
+    total_rows: u64,
+    rows_per_shard: usize,
+    sources: Arc<Vec<String>>,
+) -> Result<Vec<write::ShardSummary>> {
+    let count = total_rows.div_ceil(rows_per_shard as u64) as usize;
+    let mut shards = Vec::with_capacity(count);
+    let mut current: Option<ShardWriter> = None;
+    for bucket in spill.finish()? {
+        for row in read_bucket(&bucket)? {
+            let writer = match current.as_mut() {
+                Some(w) => w,
+                None => current.insert(ShardWriter::create(
+                    dir,
+                    shard_name(shards.len(), count),
+                    sources.clone(),
+                )?),
+            };
+            writer.push(row)?;
+            if writer.rows() == rows_per_shard as u64 {
+                if let Some(w) = current.take() {
+                    shards.push(w.finish()?);
+                }
+            }
+        }
+        fs::remove_file(&bucket).ok();
+    }
+    if let Some(w) = current.take() {
+        shards.push(w.finish()?);
+    }
+    Ok(shards)
+}
+
+fn manifest(
+    plan: &Plan,
+    sources: Vec<(String, SourceStats)>,
+    shards: Vec<write::ShardSummary>,
+) -> Result<Manifest> {
+    let mut files = Vec::new();
+    for source in &plan.sources {
+        for (path, shown) in source.files.iter().zip(&source.display_files) {
+            let (bytes, sha256) = hash_file(path)?;
+            files.push(InputFile {
+                source: source.name.clone(),
+                path: shown.clone(),
+                bytes,
+                sha256,
+            });
+        }
+    }
+    let rows = shards.iter().map(|s| s.rows).sum();
+    let tokens = sources.iter().map(|(_, s)| s.tokens).sum();
+    let supervised_tokens = sources.iter().map(|(_, s)| s.supervised_tokens).sum();
+    Ok(Manifest {
+        tool: Tool::current(),
+        name: plan.name.clone(),
+        inputs: Inputs {
+            pipeline_sha256: plan.pipeline_sha256.clone(),
+            template_sha256: plan.template.sha256.clone(),
+            tokenizer_sha256: plan.tokenizer_sha256.clone(),
+            files,
+        },
+        settings: Settings {
+            seed: plan.seed,
+            render_policy: plan.policy,
+            template_kwargs: plan.template.kwargs.clone(),
+            max_tokens: plan.max_tokens,
+            length_policy: plan.length_policy,
+            min_supervised_tokens: plan.min_supervised_tokens,
+            dedup: plan.dedup,
+            shuffle: plan.shuffle,
+            rows_per_shard: plan.rows_per_shard,
+        },
+        rows,
+        tokens,
+        supervised_tokens,
+        sources: sources.into_iter().collect(),
+        shards,
+    })
+}
+
+/// Size and SHA-256 of a file, streamed (input files can be gigabytes).
+fn hash_file(path: &Path) -> Result<(u64, String)> {
+    use sha2::{Digest, Sha256};
+    let mut file = fs::File::open(path).with_context(|| format!("failed to read `{}`", path.display()))?;
+    let mut hasher = Sha256::new();
+    let bytes = std::io::copy(&mut file, &mut hasher)
+        .with_context(|| format!("failed to read `{}`", path.display()))?;
+    Ok((bytes, hex::encode(hasher.finalize())))
+}
+
+fn sibling(dir: &Path, suffix: &str) -> PathBuf {
+    let mut name = dir.file_name().unwrap_or_default().to_os_string();
+    name.push(format!(".{suffix}"));
+    dir.with_file_name(name)
+}
+
+fn create(path: &Path) -> Result<BufWriter<fs::File>> {
+    let f = fs::File::create(path).with_context(|| format!("failed to create `{}`", path.display()))?;
+    Ok(BufWriter::with_capacity(1 << 20, f))
+}
+
+fn write_file(path: &Path, text: &str) -> Result<()> {
+    fs::write(path, text).with_context(|| format!("failed to write `{}`", path.display()))
+}

@@ -1,0 +1,5 @@
+//! One handler per subcommand.
+
+pub mod build;
+pub mod inspect;
+pub mod render;

@@ -1,0 +1,24 @@
+use clap::Parser;
+use std::process::ExitCode;
+
+fn main() -> ExitCode {
+    let cli = chatshards::cli::Cli::parse();
+    match chatshards::run(cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            // A closed stdout (`| head`) is not an error.
+            if error
+                .chain()
+                .filter_map(|e| e.downcast_ref::<std::io::Error>())
+                .any(|e| e.kind() == std::io::ErrorKind::BrokenPipe)
+            {
+                return ExitCode::SUCCESS;
+            }
+            chatshards::printer::Printer::Default.error(&format!("error: {error}"));
+            for cause in error.chain().skip(1) {
+                chatshards::printer::Printer::Default.error(&format!("  caused by: {cause}"));
+            }
+            ExitCode::FAILURE
+        }
+    }
+}

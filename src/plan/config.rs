@@ -1,0 +1,204 @@
+//! The pipeline YAML, exactly as written. [`super::compile`] turns it into a [`super::Plan`];
+//! no later stage sees these types.
+
+use serde::de::{self, Deserializer, Visitor};
+use serde::Deserialize;
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::PathBuf;
+
+/// A pipeline: where the data comes from, how it is rendered and tokenized, where it goes.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PipelineConfig {
+    /// Dataset name, recorded in the manifest.
+    pub name: String,
+    /// Seed for the row shuffle. Same seed, same order.
+    #[serde(default)]
+    pub seed: u64,
+    /// The tokenizer (`tokenizer.json`, optionally `.zst`).
+    pub tokenizer: TokenizerConfig,
+    /// The chat template (`chat_template.jinja`).
+    pub template: TemplateConfig,
+    #[serde(default)]
+    pub render: RenderConfig,
+    /// Longest row kept, in tokens.
+    #[serde(default = "default_max_tokens")]
+    pub max_tokens: usize,
+    /// What to do with longer rows.
+    #[serde(default)]
+    pub length_policy: LengthPolicy,
+    /// Fewest supervised (loss-masked) tokens a row must have.
+    #[serde(default = "default_min_supervised_tokens")]
+    pub min_supervised_tokens: usize,
+    /// Drop exact duplicate conversations across all sources (first occurrence wins).
+    #[serde(default = "default_true")]
+    pub dedup: bool,
+    pub sources: Vec<SourceConfig>,
+    pub output: OutputConfig,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TokenizerConfig {
+    /// Path to `tokenizer.json` (or `tokenizer.json.zst`), relative to the pipeline file.
+    pub path: PathBuf,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TemplateConfig {
+    /// Path to the Jinja chat template, relative to the pipeline file.
+    pub path: PathBuf,
+    /// Expected SHA-256 of the template file; the build stops if it differs.
+    #[serde(default)]
+    pub sha256: Option<String>,
+    /// Extra template variables (`enable_thinking`, `preserve_thinking`, ...).
+    #[serde(default)]
+    pub kwargs: BTreeMap<String, serde_json::Value>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RenderConfig {
+    #[serde(default)]
+    pub policy: RenderPolicy,
+}
+
+/// Which assistant turns are supervised, and how many rows a conversation yields.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RenderPolicy {
+    /// Render once; supervise every assistant turn (history turns as the template renders them).
+    All,
+    /// Render once; supervise only the assistant turns after the last user query.
+    Last,
+    /// One row per user query: the conversation up to that query's last assistant turn,
+    /// rendered as inference sees it, supervising that query's assistant turns. Equal to `all`
+    /// for single-query conversations (agentic data), so those never multiply.
+    #[default]
+    Expand,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LengthPolicy {
+    /// Drop rows longer than `max_tokens`.
+    #[default]
+    Drop,
+    /// Cut at the end of the last assistant turn that fits; drop if none fits.
+    Truncate,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SourceConfig {
+    /// Unique name, used in `sample_id`, the `source` column and the manifest.
+    pub name: String,
+    /// Input files (`.jsonl`, `.json`, `.parquet`), relative to the pipeline file.
+    pub files: Vec<PathBuf>,
+    /// The row format: `openai`, `sharegpt` or `alpaca`.
+    pub format: FormatName,
+    /// Column names, where they differ from the format's defaults.
+    #[serde(default)]
+    pub columns: ColumnsConfig,
+    /// ShareGPT role tags, where they differ from the defaults.
+    #[serde(default)]
+    pub tags: TagsConfig,
+    /// How many rows to keep from this source: a count, or `all`.
+    #[serde(default)]
+    pub take: Take,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FormatName {
+    Openai,
+    Sharegpt,
+    Alpaca,
+}
+
+/// Column mapping. Which keys apply depends on the format.
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ColumnsConfig {
+    pub messages: Option<String>,
+    pub tools: Option<String>,
+    pub system: Option<String>,
+    pub instruction: Option<String>,
+    pub input: Option<String>,
+    pub output: Option<String>,
+}
+
+/// ShareGPT tag mapping (LLaMA-Factory names).
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TagsConfig {
+    pub role_tag: Option<String>,
+    pub content_tag: Option<String>,
+    pub user_tag: Option<String>,
+    pub assistant_tag: Option<String>,
+    pub system_tag: Option<String>,
+    pub observation_tag: Option<String>,
+    pub function_tag: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Take {
+    #[default]
+    All,
+    Rows(u64),
+}
+
+impl<'de> Deserialize<'de> for Take {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct TakeVisitor;
+        impl Visitor<'_> for TakeVisitor {
+            type Value = Take;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a row count or `all`")
+            }
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<Take, E> {
+                Ok(Take::Rows(v))
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<Take, E> {
+                u64::try_from(v)
+                    .map(Take::Rows)
+                    .map_err(|_| E::invalid_value(de::Unexpected::Signed(v), &self))
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Take, E> {
+                match v {
+                    "all" => Ok(Take::All),
+                    _ => Err(E::invalid_value(de::Unexpected::Str(v), &self)),
+                }
+            }
+        }
+        d.deserialize_any(TakeVisitor)
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OutputConfig {
+    /// Output directory, relative to the pipeline file.
+    pub dir: PathBuf,
+    /// Rows per Arrow shard.
+    #[serde(default = "default_rows_per_shard")]
+    pub rows_per_shard: usize,
+    /// Shuffle rows with `seed` (training takes the first 90% as train).
+    #[serde(default = "default_true")]
+    pub shuffle: bool,
+}
+
+fn default_max_tokens() -> usize {
+    8192
+}
+fn default_min_supervised_tokens() -> usize {
+    32
+}
+fn default_rows_per_shard() -> usize {
+    100_000
+}
+fn default_true() -> bool {
+    true
+}

@@ -1,0 +1,291 @@
+//! Plan stage: parse the pipeline YAML into [`config::PipelineConfig`], then resolve and check
+//! it into a [`Plan`] (paths, template hash, tokenizer, adapters). Every config problem is
+//! reported with the file, and line and column where the YAML parser knows them.
+
+pub mod config;
+
+use crate::adapt::{Adapter, AlpacaAdapter, OpenAiAdapter, ShareGptAdapter};
+use config::{
+    ColumnsConfig, FormatName, LengthPolicy, PipelineConfig, RenderPolicy, SourceConfig,
+    TagsConfig, Take,
+};
+use sha2::{Digest, Sha256};
+use std::path::{Path, PathBuf};
+
+/// A checked pipeline, ready to run. Later stages take only this.
+#[derive(Debug)]
+pub struct Plan {
+    pub name: String,
+    pub path: PathBuf,
+    pub pipeline_sha256: String,
+    pub seed: u64,
+    pub template: TemplatePlan,
+    pub tokenizer_path: PathBuf,
+    pub tokenizer_sha256: String,
+    pub policy: RenderPolicy,
+    pub max_tokens: usize,
+    pub length_policy: LengthPolicy,
+    pub min_supervised_tokens: usize,
+    pub dedup: bool,
+    pub sources: Vec<SourcePlan>,
+    pub output_dir: PathBuf,
+    pub rows_per_shard: usize,
+    pub shuffle: bool,
+}
+
+#[derive(Debug)]
+pub struct TemplatePlan {
+    pub path: PathBuf,
+    pub sha256: String,
+    pub source: String,
+    pub kwargs: serde_json::Map<String, serde_json::Value>,
+}
+
+#[derive(Debug)]
+pub struct SourcePlan {
+    pub name: String,
+    pub files: Vec<PathBuf>,
+    /// The files as written in the pipeline (relative paths), for manifests and reject files.
+    pub display_files: Vec<String>,
+    pub adapter: Adapter,
+    pub take: Take,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum PlanError {
+    #[error("failed to read pipeline `{}`", .0.display())]
+    Read(PathBuf, #[source] std::io::Error),
+    #[error("{}", format_yaml_error(.0, .1))]
+    Yaml(PathBuf, serde_yaml_ng::Error),
+    #[error("invalid pipeline `{}`:\n{}", .0.display(), .1.iter().map(|e| format!("  - {e}")).collect::<Vec<_>>().join("\n"))]
+    Invalid(PathBuf, Vec<String>),
+}
+
+fn format_yaml_error(path: &Path, e: &serde_yaml_ng::Error) -> String {
+    match e.location() {
+        Some(l) => {
+            // serde_yaml_ng appends " at line L column C"; we print the location up front.
+            let text = e.to_string();
+            let text = text
+                .rsplit_once(" at line ")
+                .map_or(text.as_str(), |(head, _)| head)
+                .to_owned();
+            format!("{}:{}:{}: {text}", path.display(), l.line(), l.column())
+        }
+        None => format!("{}: {e}", path.display()),
+    }
+}
+
+/// Reads and parses a pipeline file (no file-system checks beyond reading it).
+pub fn parse(path: &Path) -> Result<(PipelineConfig, Vec<u8>), PlanError> {
+    let bytes = std::fs::read(path).map_err(|e| PlanError::Read(path.to_owned(), e))?;
+    let config = serde_yaml_ng::from_slice(&bytes).map_err(|e| PlanError::Yaml(path.to_owned(), e))?;
+    Ok((config, bytes))
+}
+
+/// Parses and checks a pipeline file, gathering every problem before failing.
+pub fn compile(path: &Path) -> Result<Plan, PlanError> {
+    let (config, bytes) = parse(path)?;
+    let base = path.parent().unwrap_or(Path::new("."));
+    let mut errors = Vec::new();
+
+    let template_path = base.join(&config.template.path);
+    let template = match std::fs::read(&template_path) {
+        Ok(t) => {
+            let sha256 = sha256_hex(&t);
+            if let Some(expected) = &config.template.sha256 {
+                if !expected.eq_ignore_ascii_case(&sha256) {
+                    errors.push(format!(
+                        "template `{}` has sha256 {sha256}, but the pipeline expects {expected}",
+                        template_path.display()
+                    ));
+                }
+            }
+            match String::from_utf8(t) {
+                Ok(source) => Some(TemplatePlan {
+                    path: template_path.clone(),
+                    sha256,
+                    source,
+                    kwargs: config.template.kwargs.clone().into_iter().collect(),
+                }),
+                Err(_) => {
+                    errors.push(format!("template `{}` is not UTF-8", template_path.display()));
+                    None
+                }
+            }
+        }
+        Err(e) => {
+            errors.push(format!("template `{}`: {e}", template_path.display()));
+            None
+        }
+    };
+
+    let tokenizer_path = base.join(&config.tokenizer.path);
+    let tokenizer_sha256 = match std::fs::read(&tokenizer_path) {
+        Ok(t) => sha256_hex(&t),
+        Err(e) => {
+            errors.push(format!("tokenizer `{}`: {e}", tokenizer_path.display()));
+            String::new()
+        }
+    };
+
+    if config.max_tokens == 0 {
+        errors.push("`max_tokens` must be at least 1".into());
+    }
+    if config.output.rows_per_shard == 0 {
+        errors.push("`output.rows_per_shard` must be at least 1".into());
+    }
+    if config.sources.is_empty() {
+        errors.push("`sources` is empty: name at least one source".into());
+    }
+    let mut sources = Vec::new();
+    for (i, source) in config.sources.iter().enumerate() {
+        if config.sources[..i].iter().any(|s| s.name == source.name) {
+            errors.push(format!("sources[{i}]: the name `{}` is used twice", source.name));
+        }
+        if source.name.is_empty() || source.name.contains([':', '/', '\n']) {
+            errors.push(format!(
+                "sources[{i}]: name `{}` must be non-empty and free of `:`, `/` and newlines",
+                source.name
+            ));
+        }
+        match compile_source(base, source) {
+            Ok(s) => sources.push(s),
+            Err(e) => errors.extend(e.into_iter().map(|e| format!("sources[{i}] (`{}`): {e}", source.name))),
+        }
+    }
+
+    match (template, errors.is_empty()) {
+        (Some(template), true) => Ok(Plan {
+            name: config.name,
+            path: path.to_owned(),
+            pipeline_sha256: sha256_hex(&bytes),
+            seed: config.seed,
+            template,
+            tokenizer_path,
+            tokenizer_sha256,
+            policy: config.render.policy,
+            max_tokens: config.max_tokens,
+            length_policy: config.length_policy,
+            min_supervised_tokens: config.min_supervised_tokens,
+            dedup: config.dedup,
+            sources,
+            output_dir: base.join(&config.output.dir),
+            rows_per_shard: config.output.rows_per_shard,
+            shuffle: config.output.shuffle,
+        }),
+        _ => Err(PlanError::Invalid(path.to_owned(), errors)),
+    }
+}
+
+fn compile_source(base: &Path, source: &SourceConfig) -> Result<SourcePlan, Vec<String>> {
+    let mut errors = Vec::new();
+    if source.files.is_empty() {
+        errors.push("`files` is empty".to_owned());
+    }
+    let files: Vec<PathBuf> = source.files.iter().map(|f| base.join(f)).collect();
+    for f in &files {
+        if !f.is_file() {
+            errors.push(format!("input file `{}` does not exist", f.display()));
+        }
+    }
+    match adapter(source.format, &source.columns, &source.tags) {
+        Ok(adapter) if errors.is_empty() => Ok(SourcePlan {
+            name: source.name.clone(),
+            files,
+            display_files: source.files.iter().map(|f| f.display().to_string()).collect(),
+            adapter,
+            take: source.take,
+        }),
+        Ok(_) => Err(errors),
+        Err(e) => {
+            errors.extend(e);
+            Err(errors)
+        }
+    }
+}
+
+/// Builds the adapter for a format, rejecting mapping keys the format does not use.
+pub fn adapter(
+    format: FormatName,
+    columns: &ColumnsConfig,
+    tags: &TagsConfig,
+) -> Result<Adapter, Vec<String>> {
+    let mut errors = Vec::new();
+    let mut unused = |name: &str, set: bool| {
+        if set {
+            errors.push(format!("`{name}` does not apply to this format"));
+        }
+    };
+    let pick = |v: &Option<String>, default: &mut String| {
+        if let Some(v) = v {
+            *default = v.clone();
+        }
+    };
+    let adapter = match format {
+        FormatName::Openai => {
+            let mut a = OpenAiAdapter::default();
+            pick(&columns.messages, &mut a.messages);
+            pick(&columns.tools, &mut a.tools);
+            unused("columns.system", columns.system.is_some());
+            unused("columns.instruction", columns.instruction.is_some());
+            unused("columns.input", columns.input.is_some());
+            unused("columns.output", columns.output.is_some());
+            unused_tags(tags, &mut unused);
+            Adapter::OpenAi(a)
+        }
+        FormatName::Sharegpt => {
+            let mut a = ShareGptAdapter::default();
+            pick(&columns.messages, &mut a.conversations);
+            pick(&columns.tools, &mut a.tools);
+            pick(&columns.system, &mut a.system);
+            unused("columns.instruction", columns.instruction.is_some());
+            unused("columns.input", columns.input.is_some());
+            unused("columns.output", columns.output.is_some());
+            pick(&tags.role_tag, &mut a.role_tag);
+            pick(&tags.content_tag, &mut a.content_tag);
+            pick(&tags.user_tag, &mut a.user_tag);
+            pick(&tags.assistant_tag, &mut a.assistant_tag);
+            pick(&tags.system_tag, &mut a.system_tag);
+            pick(&tags.observation_tag, &mut a.observation_tag);
+            pick(&tags.function_tag, &mut a.function_tag);
+            Adapter::ShareGpt(a)
+        }
+        FormatName::Alpaca => {
+            let mut a = AlpacaAdapter::default();
+            pick(&columns.instruction, &mut a.instruction);
+            pick(&columns.input, &mut a.input);
+            pick(&columns.output, &mut a.output);
+            pick(&columns.system, &mut a.system);
+            unused("columns.messages", columns.messages.is_some());
+            unused("columns.tools", columns.tools.is_some());
+            unused_tags(tags, &mut unused);
+            Adapter::Alpaca(a)
+        }
+    };
+    if errors.is_empty() {
+        Ok(adapter)
+    } else {
+        Err(errors)
+    }
+}
+
+fn unused_tags(tags: &TagsConfig, unused: &mut impl FnMut(&str, bool)) {
+    let t = tags;
+    let any = [
+        &t.role_tag,
+        &t.content_tag,
+        &t.user_tag,
+        &t.assistant_tag,
+        &t.system_tag,
+        &t.observation_tag,
+        &t.function_tag,
+    ]
+    .iter()
+    .any(|v| v.is_some());
+    unused("tags", any);
+}
+
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    hex::encode(Sha256::digest(bytes))
+}

@@ -1,0 +1,33 @@
+//! All terminal output goes through here: data to stdout, messages to stderr.
+#![allow(clippy::print_stdout, clippy::print_stderr)]
+
+use std::io::Write;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Printer {
+    Quiet,
+    Default,
+}
+
+impl Printer {
+    /// A message for the user (stderr).
+    pub fn info(&self, message: &str) {
+        if *self != Printer::Quiet {
+            eprintln!("{message}");
+        }
+    }
+
+    pub fn error(&self, message: &str) {
+        eprintln!("{message}");
+    }
+
+    /// Whether progress bars may be drawn.
+    pub fn progress_enabled(&self) -> bool {
+        *self != Printer::Quiet && std::env::var_os("CHATSHARDS_NO_PROGRESS").is_none()
+    }
+
+    /// Data output (stdout), e.g. `render` lines or `inspect` text.
+    pub fn data(out: &mut impl Write, text: &str) -> std::io::Result<()> {
+        out.write_all(text.as_bytes())
+    }
+}

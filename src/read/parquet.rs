@@ -1,0 +1,105 @@
+//! Parquet files, read in record batches (bounded memory), each row turned into a JSON object.
+
+use super::ReadError;
+use arrow_array::cast::AsArray;
+use arrow_array::types::*;
+use arrow_array::{Array, RecordBatch};
+use arrow_schema::DataType;
+use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+use serde_json::{Map, Number, Value};
+use std::fs::File;
+use std::path::Path;
+
+type Sink<'a> = dyn FnMut(u64, Result<Value, String>) -> bool + 'a;
+
+pub fn read(path: &Path, sink: &mut Sink) -> Result<bool, ReadError> {
+    let err = |message: String| ReadError::Parquet {
+        path: path.to_owned(),
+        message,
+    };
+    let file = File::open(path).map_err(|e| ReadError::Io(path.to_owned(), e))?;
+    let reader = ParquetRecordBatchReaderBuilder::try_new(file)
+        .map_err(|e| err(e.to_string()))?
+        .with_batch_size(1024)
+        .build()
+        .map_err(|e| err(e.to_string()))?;
+    let mut row = 0u64;
+    for batch in reader {
+        let batch = batch.map_err(|e| err(e.to_string()))?;
+        for i in 0..batch.num_rows() {
+            if !sink(row, Ok(Value::Object(row_object(&batch, i)))) {
+                return Ok(false);
+            }
+            row += 1;
+        }
+    }
+    Ok(true)
+}
+
+fn row_object(batch: &RecordBatch, i: usize) -> Map<String, Value> {
+    let schema = batch.schema();
+    schema
+        .fields()
+        .iter()
+        .zip(batch.columns())
+        .map(|(field, column)| (field.name().clone(), cell(column.as_ref(), i)))
+        .collect()
+}
+
+/// One cell as JSON. Types without a natural JSON form fall back to Arrow's display string.
+fn cell(array: &dyn Array, i: usize) -> Value {
+    if array.is_null(i) {
+        return Value::Null;
+    }
+    macro_rules! int {
+        ($t:ty) => {
+            Value::from(array.as_primitive::<$t>().value(i))
+        };
+    }
+    match array.data_type() {
+        DataType::Null => Value::Null,
+        DataType::Boolean => Value::Bool(array.as_boolean().value(i)),
+        DataType::Int8 => int!(Int8Type),
+        DataType::Int16 => int!(Int16Type),
+        DataType::Int32 => int!(Int32Type),
+        DataType::Int64 => int!(Int64Type),
+        DataType::UInt8 => int!(UInt8Type),
+        DataType::UInt16 => int!(UInt16Type),
+        DataType::UInt32 => int!(UInt32Type),
+        DataType::UInt64 => int!(UInt64Type),
+        DataType::Float32 => float(f64::from(array.as_primitive::<Float32Type>().value(i))),
+        DataType::Float64 => float(array.as_primitive::<Float64Type>().value(i)),
+        DataType::Utf8 => Value::String(array.as_string::<i32>().value(i).to_owned()),
+        DataType::LargeUtf8 => Value::String(array.as_string::<i64>().value(i).to_owned()),
+        DataType::Utf8View => Value::String(array.as_string_view().value(i).to_owned()),
+        DataType::List(_) => list(array.as_list::<i32>().value(i).as_ref()),
+        DataType::LargeList(_) => list(array.as_list::<i64>().value(i).as_ref()),
+        DataType::Struct(fields) => {
+            let s = array.as_struct();
+            Value::Object(
+                fields
+                    .iter()
+                    .zip(s.columns())
+                    .map(|(f, c)| (f.name().clone(), cell(c.as_ref(), i)))
+                    .collect(),
+            )
+        }
+        _ => display(array, i),
+    }
+}
+
+fn list(values: &dyn Array) -> Value {
+    Value::Array((0..values.len()).map(|j| cell(values, j)).collect())
+}
+
+fn float(f: f64) -> Value {
+    Number::from_f64(f).map_or(Value::Null, Value::Number)
+}
+
+fn display(array: &dyn Array, i: usize) -> Value {
+    let options = arrow_cast::display::FormatOptions::default();
+    match arrow_cast::display::ArrayFormatter::try_new(array, &options) {
+        Ok(f) => Value::String(f.value(i).to_string()),
+        Err(_) => Value::Null,
+    }
+}

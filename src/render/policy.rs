@@ -1,0 +1,130 @@
+//! Which rows a conversation yields under a render policy, and which assistant turns each
+//! row supervises. Works on message indices only; rendering happens once per row.
+
+use crate::conversation::{Conversation, Role};
+use crate::plan::config::RenderPolicy;
+use std::ops::Range;
+
+/// One output row: render `messages[..end]` and supervise the assistant turns whose ordinal
+/// (0-based among the rendered assistant turns) is in `supervise`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RowSpec {
+    pub end: usize,
+    pub supervise: Range<usize>,
+}
+
+/// Plans the rows of a validated conversation (it ends with an assistant turn and has a query).
+pub fn plan_rows(conversation: &Conversation, policy: RenderPolicy) -> Vec<RowSpec> {
+    let messages = &conversation.messages;
+    // ordinal[i] = number of assistant messages before index i.
+    let mut ordinal = Vec::with_capacity(messages.len() + 1);
+    let mut count = 0;
+    for m in messages {
+        ordinal.push(count);
+        count += usize::from(m.role == Role::Assistant);
+    }
+    ordinal.push(count);
+    let queries = conversation.query_indices();
+    match policy {
+        RenderPolicy::All => vec![RowSpec {
+            end: messages.len(),
+            supervise: 0..count,
+        }],
+        RenderPolicy::Last => {
+            let last_query = queries.last().copied().unwrap_or(0);
+            vec![RowSpec {
+                end: messages.len(),
+                supervise: ordinal[last_query]..count,
+            }]
+        }
+        RenderPolicy::Expand => {
+            let mut rows = Vec::new();
+            for (k, &q) in queries.iter().enumerate() {
+                let next = queries.get(k + 1).copied().unwrap_or(messages.len());
+                let Some(last) = (q..next).rev().find(|&i| messages[i].role == Role::Assistant)
+                else {
+                    continue;
+                };
+                rows.push(RowSpec {
+                    end: last + 1,
+                    supervise: ordinal[q]..ordinal[last + 1],
+                });
+            }
+            rows
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::conversation::Message;
+
+    fn conversation(roles: &str) -> Conversation {
+        let messages = roles
+            .chars()
+            .map(|r| match r {
+                's' => Message::system("s"),
+                'u' => Message::user("q"),
+                'a' => Message::assistant("a"),
+                't' => Message::tool("r"),
+                _ => unreachable!("test roles are s/u/a/t"),
+            })
+            .collect();
+        Conversation {
+            messages,
+            tools: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn expand_yields_one_row_per_query_segment() {
+        let c = conversation("suauatata");
+        assert_eq!(
+            plan_rows(&c, RenderPolicy::Expand),
+            vec![
+                RowSpec { end: 3, supervise: 0..1 },
+                RowSpec { end: 9, supervise: 1..4 },
+            ]
+        );
+        assert_eq!(
+            plan_rows(&c, RenderPolicy::All),
+            vec![RowSpec { end: 9, supervise: 0..4 }]
+        );
+        assert_eq!(
+            plan_rows(&c, RenderPolicy::Last),
+            vec![RowSpec { end: 9, supervise: 1..4 }]
+        );
+    }
+
+    #[test]
+    fn agentic_single_query_is_one_row_under_expand() {
+        let c = conversation("suatatatatata");
+        assert_eq!(
+            plan_rows(&c, RenderPolicy::Expand),
+            vec![RowSpec { end: 13, supervise: 0..6 }]
+        );
+    }
+
+    #[test]
+    fn wrapped_tool_response_user_turn_is_not_a_query() {
+        let mut c = conversation("uaua");
+        c.messages[2].content = " <tool_response>\nx\n</tool_response>\n".into();
+        assert_eq!(
+            plan_rows(&c, RenderPolicy::Expand),
+            vec![RowSpec { end: 4, supervise: 0..2 }]
+        );
+    }
+
+    #[test]
+    fn query_without_answer_is_skipped() {
+        let c = conversation("uuaua");
+        assert_eq!(
+            plan_rows(&c, RenderPolicy::Expand),
+            vec![
+                RowSpec { end: 3, supervise: 0..1 },
+                RowSpec { end: 5, supervise: 1..2 },
+            ]
+        );
+    }
+}

@@ -1,0 +1,127 @@
+//! Accounting: per-source counters that merge, the identity every run must satisfy, and the
+//! summary table printed at the end of a build.
+
+use crate::reject::{FilterReason, RejectReason, Repair};
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::ops::AddAssign;
+
+/// What happened to one source's rows. Source rows are accounted, not output rows: a
+/// conversation that `expand`s into three rows is one `kept` source row and three `rows`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct SourceStats {
+    pub read: u64,
+    pub kept: u64,
+    pub rejected: BTreeMap<RejectReason, u64>,
+    pub filtered: BTreeMap<FilterReason, u64>,
+    pub deduplicated: u64,
+    /// Rows that needed a repair, by repair (a row can have several).
+    pub repaired: BTreeMap<Repair, u64>,
+    /// Output rows (after `expand`).
+    pub rows: u64,
+    pub tokens: u64,
+    pub supervised_tokens: u64,
+    /// Output rows cut at a turn boundary by `length_policy: truncate`.
+    pub truncated_rows: u64,
+}
+
+impl SourceStats {
+    pub fn rejected_total(&self) -> u64 {
+        self.rejected.values().sum()
+    }
+    pub fn filtered_total(&self) -> u64 {
+        self.filtered.values().sum()
+    }
+    /// `read = kept + Σ rejected + Σ filtered + deduplicated`.
+    pub fn balanced(&self) -> bool {
+        self.read == self.kept + self.rejected_total() + self.filtered_total() + self.deduplicated
+    }
+}
+
+impl AddAssign<&SourceStats> for SourceStats {
+    fn add_assign(&mut self, o: &SourceStats) {
+        self.read += o.read;
+        self.kept += o.kept;
+        for (k, v) in &o.rejected {
+            *self.rejected.entry(*k).or_default() += v;
+        }
+        for (k, v) in &o.filtered {
+            *self.filtered.entry(*k).or_default() += v;
+        }
+        for (k, v) in &o.repaired {
+            *self.repaired.entry(*k).or_default() += v;
+        }
+        self.deduplicated += o.deduplicated;
+        self.rows += o.rows;
+        self.tokens += o.tokens;
+        self.supervised_tokens += o.supervised_tokens;
+        self.truncated_rows += o.truncated_rows;
+    }
+}
+
+/// The end-of-run table, one line per source plus a total.
+pub fn summary_table(sources: &[(String, SourceStats)]) -> String {
+    let mut total = SourceStats::default();
+    let mut lines = vec![format!(
+        "{:<24} {:>10} {:>10} {:>10} {:>10} {:>8} {:>10} {:>14} {:>14}",
+        "source", "read", "kept", "rejected", "filtered", "dedup", "rows", "tokens", "supervised"
+    )];
+    let line = |name: &str, s: &SourceStats| {
+        format!(
+            "{:<24} {:>10} {:>10} {:>10} {:>10} {:>8} {:>10} {:>14} {:>14}",
+            name,
+            s.read,
+            s.kept,
+            s.rejected_total(),
+            s.filtered_total(),
+            s.deduplicated,
+            s.rows,
+            s.tokens,
+            s.supervised_tokens
+        )
+    };
+    for (name, s) in sources {
+        lines.push(line(name, s));
+        total += s;
+    }
+    lines.push(line("total", &total));
+    let mut reasons: BTreeMap<String, u64> = BTreeMap::new();
+    for (_, s) in sources {
+        for (k, v) in &s.rejected {
+            *reasons.entry(format!("rejected {}", k.code())).or_default() += v;
+        }
+        for (k, v) in &s.filtered {
+            *reasons.entry(format!("filtered {}", k.code())).or_default() += v;
+        }
+    }
+    for (k, v) in reasons {
+        lines.push(format!("  {k}: {v}"));
+    }
+    lines.join("\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn identity_counts_every_outcome() {
+        let mut s = SourceStats {
+            read: 10,
+            kept: 5,
+            deduplicated: 1,
+            ..Default::default()
+        };
+        s.rejected.insert(RejectReason::Template, 2);
+        s.filtered.insert(FilterReason::TooLong, 1);
+        assert!(!s.balanced());
+        s.filtered.insert(FilterReason::TooFewSupervised, 1);
+        assert!(s.balanced());
+        let mut t = SourceStats::default();
+        t += &s;
+        t += &s;
+        assert_eq!(t.read, 20);
+        assert_eq!(t.rejected[&RejectReason::Template], 4);
+        assert!(t.balanced());
+    }
+}

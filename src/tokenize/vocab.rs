@@ -1,0 +1,105 @@
+//! The byte string of every token id, for byte-level BPE vocabularies.
+
+use std::path::{Path, PathBuf};
+
+#[derive(Debug, thiserror::Error)]
+pub enum TokenizerError {
+    #[error("failed to read tokenizer `{}`", .0.display())]
+    Io(PathBuf, #[source] std::io::Error),
+    #[error("the tokenizer does not parse: {0}")]
+    Parse(String),
+    #[error("the tokenizer is not byte-level BPE (decoder must be `ByteLevel`); only byte-level vocabularies are supported")]
+    NotByteLevel,
+    #[error("the tokenizer has no token for `{0}`, which the chat format needs")]
+    MissingToken(String),
+    #[error("in `{}`: {source}", path.display())]
+    AtPath {
+        path: PathBuf,
+        #[source]
+        source: Box<TokenizerError>,
+    },
+}
+
+impl TokenizerError {
+    pub fn with_path(self, path: &Path) -> Self {
+        match self {
+            e @ (TokenizerError::Io(..) | TokenizerError::AtPath { .. }) => e,
+            e => TokenizerError::AtPath {
+                path: path.to_owned(),
+                source: Box::new(e),
+            },
+        }
+    }
+}
+
+/// Token id → the exact bytes it stands for, in one flat buffer.
+pub struct TokenBytes {
+    offsets: Vec<u32>,
+    data: Vec<u8>,
+}
+
+impl TokenBytes {
+    pub fn from_tokenizer(tokenizer: &tokenizers::Tokenizer) -> Result<Self, TokenizerError> {
+        use tokenizers::decoders::DecoderWrapper;
+        if !matches!(tokenizer.get_decoder(), Some(DecoderWrapper::ByteLevel(_))) {
+            return Err(TokenizerError::NotByteLevel);
+        }
+        let char_to_byte = byte_level_inverse();
+        let mut entries: Vec<(u32, Vec<u8>)> = tokenizer
+            .get_vocab(false)
+            .into_iter()
+            .map(|(token, id)| {
+                let bytes = token
+                    .chars()
+                    .map(|c| char_to_byte(c).unwrap_or(b'?'))
+                    .collect();
+                (id, bytes)
+            })
+            .collect();
+        for (id, added) in tokenizer.get_added_tokens_decoder() {
+            entries.push((id, added.content.into_bytes()));
+        }
+        let size = entries.iter().map(|(id, _)| *id as usize + 1).max().unwrap_or(0);
+        let mut table: Vec<Vec<u8>> = vec![Vec::new(); size];
+        for (id, bytes) in entries {
+            table[id as usize] = bytes;
+        }
+        let mut offsets = Vec::with_capacity(size + 1);
+        let mut data = Vec::new();
+        offsets.push(0);
+        for bytes in table {
+            data.extend_from_slice(&bytes);
+            offsets.push(data.len() as u32);
+        }
+        Ok(TokenBytes { offsets, data })
+    }
+
+    /// The bytes of `id` (empty for an id outside the vocabulary).
+    pub fn get(&self, id: u32) -> &[u8] {
+        let i = id as usize;
+        match (self.offsets.get(i), self.offsets.get(i + 1)) {
+            (Some(&a), Some(&b)) => &self.data[a as usize..b as usize],
+            _ => &[],
+        }
+    }
+}
+
+/// The inverse of GPT-2's `bytes_to_unicode`: printable bytes map to themselves, the rest to
+/// U+0100 onwards in byte order.
+fn byte_level_inverse() -> impl Fn(char) -> Option<u8> {
+    let mut map = std::collections::HashMap::with_capacity(256);
+    let mut next = 0u32;
+    for b in 0u32..256 {
+        let printable = (0x21..=0x7e).contains(&b) || (0xa1..=0xac).contains(&b) || (0xae..=0xff).contains(&b);
+        let c = if printable {
+            b
+        } else {
+            next += 1;
+            255 + next
+        };
+        if let Some(c) = char::from_u32(c) {
+            map.insert(c, b as u8);
+        }
+    }
+    move |c| map.get(&c).copied()
+}

@@ -1,0 +1,51 @@
+//! `dataset_info.json` and `state.json`, exactly as `datasets.save_to_disk` lays them out.
+
+use serde_json::{json, Value};
+
+/// The features matching [`super::schema`] column for column.
+pub fn features() -> Value {
+    json!({
+        "input_ids": {"feature": {"dtype": "int32", "_type": "Value"}, "_type": "List"},
+        "loss_mask": {"feature": {"dtype": "int8", "_type": "Value"}, "_type": "List"},
+        "seq_len": {"dtype": "int64", "_type": "Value"},
+        "sample_id": {"dtype": "string", "_type": "Value"},
+        "source": {"dtype": "string", "_type": "Value"}
+    })
+}
+
+pub fn dataset_info_json(description: &str) -> String {
+    let info = json!({
+        "citation": "",
+        "description": description,
+        "features": features(),
+        "homepage": "",
+        "license": ""
+    });
+    pretty(&info)
+}
+
+/// `state.json`: all seven keys `load_from_disk` reads. `_format_type: "torch"` is what the
+/// speculators trainer and hidden-state extractor need.
+pub fn state_json(files: &[String], fingerprint: &str) -> String {
+    let state = json!({
+        "_data_files": files.iter().map(|f| json!({"filename": f})).collect::<Vec<_>>(),
+        "_fingerprint": fingerprint,
+        "_format_columns": null,
+        "_format_kwargs": {},
+        "_format_type": "torch",
+        "_output_all_columns": false,
+        "_split": null
+    });
+    pretty(&state)
+}
+
+pub fn pretty(v: &Value) -> String {
+    let mut s = serde_json::to_string_pretty(v).unwrap_or_else(|_| v.to_string());
+    s.push('\n');
+    s
+}
+
+/// The name of shard `index` of `count`: `data-00000-of-0000N.arrow`.
+pub fn shard_name(index: usize, count: usize) -> String {
+    format!("data-{index:05}-of-{count:05}.arrow")
+}

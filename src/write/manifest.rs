@@ -1,0 +1,65 @@
+//! `manifest.json`: everything needed to trust and reproduce a build: input hashes, settings,
+//! per-source accounting and per-shard hashes. No timestamps or timings, so that the same
+//! inputs give the same bytes.
+
+use super::ShardSummary;
+use crate::report::SourceStats;
+use indexmap::IndexMap;
+use serde::Serialize;
+
+#[derive(Debug, Serialize)]
+pub struct Manifest {
+    pub tool: Tool,
+    pub name: String,
+    pub inputs: Inputs,
+    pub settings: Settings,
+    pub rows: u64,
+    pub tokens: u64,
+    pub supervised_tokens: u64,
+    pub sources: IndexMap<String, SourceStats>,
+    pub shards: Vec<ShardSummary>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct Tool {
+    pub name: &'static str,
+    pub version: &'static str,
+}
+
+impl Tool {
+    pub fn current() -> Self {
+        Tool {
+            name: env!("CARGO_PKG_NAME"),
+            version: env!("CARGO_PKG_VERSION"),
+        }
+    }
+}
+
+#[derive(Debug, Serialize)]
+pub struct Inputs {
+    pub pipeline_sha256: String,
+    pub template_sha256: String,
+    pub tokenizer_sha256: String,
+    pub files: Vec<InputFile>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct InputFile {
+    pub source: String,
+    pub path: String,
+    pub bytes: u64,
+    pub sha256: String,
+}
+
+#[derive(Debug, Serialize)]
+pub struct Settings {
+    pub seed: u64,
+    pub render_policy: crate::plan::config::RenderPolicy,
+    pub template_kwargs: serde_json::Map<String, serde_json::Value>,
+    pub max_tokens: usize,
+    pub length_policy: crate::plan::config::LengthPolicy,
+    pub min_supervised_tokens: usize,
+    pub dedup: bool,
+    pub shuffle: bool,
+    pub rows_per_shard: usize,
+}

@@ -1,0 +1,192 @@
+//! Arrow IPC *stream* shards (the format `datasets` memory-maps), uncompressed, every field
+//! nullable, hashed while written, and renamed into place only when complete.
+
+use super::{TokenRow, WriteError};
+use arrow_array::builder::{Int8Builder, Int32Builder, ListBuilder, StringBuilder};
+use arrow_array::{ArrayRef, Int64Array, RecordBatch};
+use arrow_ipc::writer::StreamWriter;
+use arrow_schema::{DataType, Field, Schema};
+use serde::Serialize;
+use sha2::{Digest, Sha256};
+use std::collections::HashMap;
+use std::fs::File;
+use std::io::{BufWriter, Write};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+/// Rows per record batch, as `datasets` writes them.
+const BATCH_ROWS: usize = 1000;
+
+/// The output schema, with the `huggingface` metadata `datasets` itself writes.
+pub fn schema() -> Arc<Schema> {
+    let fields = vec![
+        Field::new(
+            "input_ids",
+            DataType::List(Arc::new(Field::new("item", DataType::Int32, true))),
+            true,
+        ),
+        Field::new(
+            "loss_mask",
+            DataType::List(Arc::new(Field::new("item", DataType::Int8, true))),
+            true,
+        ),
+        Field::new("seq_len", DataType::Int64, true),
+        Field::new("sample_id", DataType::Utf8, true),
+        Field::new("source", DataType::Utf8, true),
+    ];
+    let info = serde_json::json!({ "info": { "features": super::dataset::features() } });
+    let metadata = HashMap::from([("huggingface".to_owned(), info.to_string())]);
+    Arc::new(Schema::new_with_metadata(fields, metadata))
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct ShardSummary {
+    pub file: String,
+    pub rows: u64,
+    pub bytes: u64,
+    pub sha256: String,
+}
+
+struct HashingFile {
+    inner: BufWriter<File>,
+    hasher: Sha256,
+    bytes: u64,
+}
+
+impl Write for HashingFile {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let n = self.inner.write(buf)?;
+        self.hasher.update(&buf[..n]);
+        self.bytes += n as u64;
+        Ok(n)
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.inner.flush()
+    }
+}
+
+/// Writes one shard. Call [`ShardWriter::finish`]; a dropped writer leaves only a temp file.
+pub struct ShardWriter {
+    writer: StreamWriter<HashingFile>,
+    schema: Arc<Schema>,
+    temp: PathBuf,
+    path: PathBuf,
+    file: String,
+    rows: u64,
+    pending: Vec<TokenRow>,
+    sources: Arc<Vec<String>>,
+}
+
+impl ShardWriter {
+    pub fn create(dir: &Path, file: String, sources: Arc<Vec<String>>) -> Result<Self, WriteError> {
+        let path = dir.join(&file);
+        let temp = dir.join(format!(".{file}.partial"));
+        let f = File::create(&temp).map_err(|e| WriteError::Io(temp.clone(), e))?;
+        let sink = HashingFile {
+            inner: BufWriter::with_capacity(1 << 20, f),
+            hasher: Sha256::new(),
+            bytes: 0,
+        };
+        let schema = schema();
+        let writer = StreamWriter::try_new(sink, &schema).map_err(|e| WriteError::Arrow {
+            path: path.clone(),
+            message: e.to_string(),
+        })?;
+        Ok(ShardWriter {
+            writer,
+            schema,
+            temp,
+            path,
+            file,
+            rows: 0,
+            pending: Vec::with_capacity(BATCH_ROWS),
+            sources,
+        })
+    }
+
+    pub fn push(&mut self, row: TokenRow) -> Result<(), WriteError> {
+        self.pending.push(row);
+        self.rows += 1;
+        if self.pending.len() >= BATCH_ROWS {
+            self.flush_batch()?;
+        }
+        Ok(())
+    }
+
+    pub fn rows(&self) -> u64 {
+        self.rows
+    }
+
+    fn flush_batch(&mut self) -> Result<(), WriteError> {
+        if self.pending.is_empty() {
+            return Ok(());
+        }
+        let rows = std::mem::take(&mut self.pending);
+        let tokens: usize = rows.iter().map(|r| r.ids.len()).sum();
+        let mut ids = ListBuilder::with_capacity(Int32Builder::with_capacity(tokens), rows.len());
+        let mut mask = ListBuilder::with_capacity(Int8Builder::with_capacity(tokens), rows.len());
+        let mut sample_ids = StringBuilder::new();
+        let mut sources = StringBuilder::new();
+        let mut seq_len = Vec::with_capacity(rows.len());
+        for row in &rows {
+            // Token ids fit in i32: vocabularies are far below 2^31.
+            ids.values().append_slice(bytemuck_ids(&row.ids).as_slice());
+            ids.append(true);
+            mask.values()
+                .append_slice(&row.mask.iter().map(|&m| m as i8).collect::<Vec<_>>());
+            mask.append(true);
+            seq_len.push(row.ids.len() as i64);
+            sample_ids.append_value(&row.sample_id);
+            sources.append_value(
+                self.sources
+                    .get(row.source as usize)
+                    .map(String::as_str)
+                    .unwrap_or_default(),
+            );
+        }
+        let columns: Vec<ArrayRef> = vec![
+            Arc::new(ids.finish()),
+            Arc::new(mask.finish()),
+            Arc::new(Int64Array::from(seq_len)),
+            Arc::new(sample_ids.finish()),
+            Arc::new(sources.finish()),
+        ];
+        let arrow_err = |e: arrow_schema::ArrowError| WriteError::Arrow {
+            path: self.path.clone(),
+            message: e.to_string(),
+        };
+        let batch = RecordBatch::try_new(self.schema.clone(), columns).map_err(arrow_err)?;
+        self.writer.write(&batch).map_err(arrow_err)?;
+        Ok(())
+    }
+
+    /// Writes the end-of-stream marker, syncs, and renames the shard into place.
+    pub fn finish(mut self) -> Result<ShardSummary, WriteError> {
+        self.flush_batch()?;
+        let arrow_err = |path: &Path, e: arrow_schema::ArrowError| WriteError::Arrow {
+            path: path.to_owned(),
+            message: e.to_string(),
+        };
+        self.writer.finish().map_err(|e| arrow_err(&self.path, e))?;
+        let mut sink = self.writer.into_inner().map_err(|e| arrow_err(&self.path, e))?;
+        sink.flush().map_err(|e| WriteError::Io(self.temp.clone(), e))?;
+        let sha256 = hex::encode(sink.hasher.finalize_reset());
+        let bytes = sink.bytes;
+        let file = sink
+            .inner
+            .into_inner()
+            .map_err(|e| WriteError::Io(self.temp.clone(), e.into_error()))?;
+        file.sync_all().map_err(|e| WriteError::Io(self.temp.clone(), e))?;
+        std::fs::rename(&self.temp, &self.path).map_err(|e| WriteError::Io(self.path.clone(), e))?;
+        Ok(ShardSummary {
+            file: self.file,
+            rows: self.rows,
+            bytes,
+            sha256,
+        })
+    }
+}
+
+fn bytemuck_ids(ids: &[u32]) -> Vec<i32> {
+    ids.iter().map(|&i| i as i32).collect()
+}
