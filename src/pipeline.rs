@@ -26,7 +26,7 @@ const BATCH_ROWS: usize = 512;
 /// The per-row stages after reading, shared by `build` and `render`.
 pub struct RowProcessor {
     pub renderer: Renderer,
-    pub tokenizer: Tokenizer,
+    pub tokenizer: std::sync::Arc<Tokenizer>,
     pub validator: Validator,
     pub policy: RenderPolicy,
     pub max_tokens: usize,

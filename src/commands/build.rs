@@ -126,7 +126,7 @@ pub fn run(args: &BuildArgs, printer: &Printer) -> Result<()> {
 pub fn processor(plan: &Plan) -> Result<RowProcessor> {
     let renderer = Renderer::new(&plan.template.source, plan.template.kwargs.clone())
         .with_context(|| format!("in template `{}`", plan.template.path.display()))?;
-    let tokenizer = Tokenizer::load(&plan.tokenizer_path)?;
+    let tokenizer = std::sync::Arc::new(Tokenizer::load(&plan.tokenizer_path)?);
     let validator = Validator::new(&tokenizer.forbidden);
     Ok(RowProcessor {
         renderer,

@@ -66,7 +66,7 @@ pub fn processor(
     };
     let renderer = Renderer::new(&source, kwargs)
         .with_context(|| format!("in template `{}`", template.display()))?;
-    let tokenizer = Tokenizer::load(tokenizer)?;
+    let tokenizer = std::sync::Arc::new(Tokenizer::load(tokenizer)?);
     let validator = Validator::new(&tokenizer.forbidden);
     Ok(RowProcessor {
         renderer,
