@@ -5,7 +5,11 @@ use clap::{Parser, Subcommand};
 use std::path::PathBuf;
 
 #[derive(Debug, Parser)]
-#[command(name = "chatshards", version, about = "Build tokenized, loss-masked Arrow datasets from chat data with the model's own chat template")]
+#[command(
+    name = "chatshards",
+    version,
+    about = "Build tokenized, loss-masked Arrow datasets from chat data with the model's own chat template"
+)]
 pub struct Cli {
     /// Print only errors (no progress, no summary).
     #[arg(long, short, global = true)]

@@ -104,8 +104,15 @@ impl RowProcessor {
             .encode(text)
             .map_err(|e| Reject::new(RejectReason::Tokenize, e))?;
         let (mask, _) = mask::compute(&ids, &t.markers, supervise);
-        mask::verify(&t.normalize(text), &ids, &mask, &t.bytes, &t.markers, supervise)
-            .map_err(|e| Reject::new(RejectReason::MaskCheck, e.to_string()))?;
+        mask::verify(
+            &t.normalize(text),
+            &ids,
+            &mask,
+            &t.bytes,
+            &t.markers,
+            supervise,
+        )
+        .map_err(|e| Reject::new(RejectReason::MaskCheck, e.to_string()))?;
         Ok((ids, mask))
     }
 
@@ -322,7 +329,11 @@ impl SourceRun<'_> {
         {
             self.stats.read += 1;
             if done {
-                *self.stats.filtered.entry(FilterReason::TakeLimit).or_default() += 1;
+                *self
+                    .stats
+                    .filtered
+                    .entry(FilterReason::TakeLimit)
+                    .or_default() += 1;
                 continue;
             }
             let (conversation, repairs) = match prepared {

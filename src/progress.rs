@@ -68,7 +68,11 @@ impl Progress for BuildProgress {
             .map(|s| s.started.elapsed().as_secs_f64())
             .unwrap_or(1.0)
             .max(1e-3);
-        let pos = if self.bar.length().unwrap_or(0) > 0 { kept } else { read };
+        let pos = if self.bar.length().unwrap_or(0) > 0 {
+            kept
+        } else {
+            read
+        };
         self.bar.set_position(pos);
         self.bar.set_message(format!(
             "{:.0} rows/s  {:.2} M tok/s",

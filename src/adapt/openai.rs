@@ -61,8 +61,16 @@ fn message(value: &Value, field: &str, repairs: &mut Repairs) -> Result<Message,
         ));
     };
     let role = optional_str(m, "role")
-        .map_err(|r| Reject { message: format!("`{field}`: {}", r.message), ..r })?
-        .ok_or_else(|| Reject::new(RejectReason::MissingField, format!("`{field}.role` is missing")))?;
+        .map_err(|r| Reject {
+            message: format!("`{field}`: {}", r.message),
+            ..r
+        })?
+        .ok_or_else(|| {
+            Reject::new(
+                RejectReason::MissingField,
+                format!("`{field}.role` is missing"),
+            )
+        })?;
     let role = parse_role(role).ok_or_else(|| {
         Reject::new(
             RejectReason::UnknownRole,
@@ -90,9 +98,11 @@ fn message(value: &Value, field: &str, repairs: &mut Repairs) -> Result<Message,
                 None | Some(Value::Null) => {}
                 Some(Value::Array(calls)) => {
                     for (i, c) in calls.iter().enumerate() {
-                        message
-                            .tool_calls
-                            .push(tool_call(c, &format!("{field}.tool_calls[{i}]"), repairs)?);
+                        message.tool_calls.push(tool_call(
+                            c,
+                            &format!("{field}.tool_calls[{i}]"),
+                            repairs,
+                        )?);
                     }
                 }
                 Some(other) => {

@@ -81,7 +81,13 @@ pub fn run(args: &BuildArgs, printer: &Printer) -> Result<()> {
     }
 
     let source_names = Arc::new(plan.sources.iter().map(|s| s.name.clone()).collect());
-    let shards = write_shards(&staging, spill, total_rows, plan.rows_per_shard, source_names)?;
+    let shards = write_shards(
+        &staging,
+        spill,
+        total_rows,
+        plan.rows_per_shard,
+        source_names,
+    )?;
     fs::remove_dir_all(&spill_dir).ok();
 
     let files: Vec<String> = shards.iter().map(|s| s.file.clone()).collect();
@@ -105,9 +111,11 @@ pub fn run(args: &BuildArgs, printer: &Printer) -> Result<()> {
     write_file(&staging.join("manifest.json"), &manifest_json)?;
 
     if out.exists() {
-        fs::remove_dir_all(out).with_context(|| format!("failed to replace `{}`", out.display()))?;
+        fs::remove_dir_all(out)
+            .with_context(|| format!("failed to replace `{}`", out.display()))?;
     }
-    fs::rename(&staging, out).with_context(|| format!("failed to move the dataset into `{}`", out.display()))?;
+    fs::rename(&staging, out)
+        .with_context(|| format!("failed to move the dataset into `{}`", out.display()))?;
     let secs = started.elapsed().as_secs_f64();
     printer.info(&format!(
         "wrote {} rows, {} tokens ({} supervised) in {} shard(s) to `{}` in {secs:.1}s ({:.0} rows/s, {:.2} M tokens/s)",
@@ -250,7 +258,8 @@ fn manifest(
 /// Size and SHA-256 of a file, streamed (input files can be gigabytes).
 fn hash_file(path: &Path) -> Result<(u64, String)> {
     use sha2::{Digest, Sha256};
-    let mut file = fs::File::open(path).with_context(|| format!("failed to read `{}`", path.display()))?;
+    let mut file =
+        fs::File::open(path).with_context(|| format!("failed to read `{}`", path.display()))?;
     let mut hasher = Sha256::new();
     let bytes = std::io::copy(&mut file, &mut hasher)
         .with_context(|| format!("failed to read `{}`", path.display()))?;
@@ -264,7 +273,8 @@ fn sibling(dir: &Path, suffix: &str) -> PathBuf {
 }
 
 fn create(path: &Path) -> Result<BufWriter<fs::File>> {
-    let f = fs::File::create(path).with_context(|| format!("failed to create `{}`", path.display()))?;
+    let f =
+        fs::File::create(path).with_context(|| format!("failed to create `{}`", path.display()))?;
     Ok(BufWriter::with_capacity(1 << 20, f))
 }
 

@@ -18,7 +18,12 @@ use serde_json::{json, Value};
 use std::io::{BufRead, BufWriter, Write};
 use std::path::Path;
 
-pub fn run(template: &Path, tokenizer: &Path, policy: RenderPolicy, kwargs: Option<&str>) -> Result<()> {
+pub fn run(
+    template: &Path,
+    tokenizer: &Path,
+    policy: RenderPolicy,
+    kwargs: Option<&str>,
+) -> Result<()> {
     let processor = processor(template, tokenizer, policy, kwargs)?;
     let adapter = Adapter::OpenAi(OpenAiAdapter::default());
     let stdin = std::io::stdin().lock();

@@ -79,7 +79,8 @@ fn format_yaml_error(path: &Path, e: &serde_yaml_ng::Error) -> String {
 /// Reads and parses a pipeline file (no file-system checks beyond reading it).
 pub fn parse(path: &Path) -> Result<(PipelineConfig, Vec<u8>), PlanError> {
     let bytes = std::fs::read(path).map_err(|e| PlanError::Read(path.to_owned(), e))?;
-    let config = serde_yaml_ng::from_slice(&bytes).map_err(|e| PlanError::Yaml(path.to_owned(), e))?;
+    let config =
+        serde_yaml_ng::from_slice(&bytes).map_err(|e| PlanError::Yaml(path.to_owned(), e))?;
     Ok((config, bytes))
 }
 
@@ -109,7 +110,10 @@ pub fn compile(path: &Path) -> Result<Plan, PlanError> {
                     kwargs: config.template.kwargs.clone().into_iter().collect(),
                 }),
                 Err(_) => {
-                    errors.push(format!("template `{}` is not UTF-8", template_path.display()));
+                    errors.push(format!(
+                        "template `{}` is not UTF-8",
+                        template_path.display()
+                    ));
                     None
                 }
             }
@@ -141,7 +145,10 @@ pub fn compile(path: &Path) -> Result<Plan, PlanError> {
     let mut sources = Vec::new();
     for (i, source) in config.sources.iter().enumerate() {
         if config.sources[..i].iter().any(|s| s.name == source.name) {
-            errors.push(format!("sources[{i}]: the name `{}` is used twice", source.name));
+            errors.push(format!(
+                "sources[{i}]: the name `{}` is used twice",
+                source.name
+            ));
         }
         if source.name.is_empty() || source.name.contains([':', '/', '\n']) {
             errors.push(format!(
@@ -151,7 +158,10 @@ pub fn compile(path: &Path) -> Result<Plan, PlanError> {
         }
         match compile_source(base, source) {
             Ok(s) => sources.push(s),
-            Err(e) => errors.extend(e.into_iter().map(|e| format!("sources[{i}] (`{}`): {e}", source.name))),
+            Err(e) => errors.extend(
+                e.into_iter()
+                    .map(|e| format!("sources[{i}] (`{}`): {e}", source.name)),
+            ),
         }
     }
 
@@ -193,7 +203,11 @@ fn compile_source(base: &Path, source: &SourceConfig) -> Result<SourcePlan, Vec<
         Ok(adapter) if errors.is_empty() => Ok(SourcePlan {
             name: source.name.clone(),
             files,
-            display_files: source.files.iter().map(|f| f.display().to_string()).collect(),
+            display_files: source
+                .files
+                .iter()
+                .map(|f| f.display().to_string())
+                .collect(),
             adapter,
             take: source.take,
         }),

@@ -32,7 +32,11 @@ pub fn read(path: &Path, sink: &mut Sink) -> Result<bool, ReadError> {
     }
 }
 
-fn read_lines(path: &Path, mut reader: BufReader<File>, sink: &mut Sink) -> Result<bool, ReadError> {
+fn read_lines(
+    path: &Path,
+    mut reader: BufReader<File>,
+    sink: &mut Sink,
+) -> Result<bool, ReadError> {
     let mut line = Vec::new();
     let mut row = 0u64;
     loop {

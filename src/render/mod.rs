@@ -120,5 +120,3 @@ fn tojson(_state: &State, value: &Value, kwargs: Kwargs) -> Result<Value, Error>
     Ok(Value::from_safe_string(out))
 }
 
-#[cfg(test)]
-mod tests;

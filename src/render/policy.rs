@@ -41,7 +41,9 @@ pub fn plan_rows(conversation: &Conversation, policy: RenderPolicy) -> Vec<RowSp
             let mut rows = Vec::new();
             for (k, &q) in queries.iter().enumerate() {
                 let next = queries.get(k + 1).copied().unwrap_or(messages.len());
-                let Some(last) = (q..next).rev().find(|&i| messages[i].role == Role::Assistant)
+                let Some(last) = (q..next)
+                    .rev()
+                    .find(|&i| messages[i].role == Role::Assistant)
                 else {
                     continue;
                 };
@@ -83,17 +85,29 @@ mod tests {
         assert_eq!(
             plan_rows(&c, RenderPolicy::Expand),
             vec![
-                RowSpec { end: 3, supervise: 0..1 },
-                RowSpec { end: 9, supervise: 1..4 },
+                RowSpec {
+                    end: 3,
+                    supervise: 0..1
+                },
+                RowSpec {
+                    end: 9,
+                    supervise: 1..4
+                },
             ]
         );
         assert_eq!(
             plan_rows(&c, RenderPolicy::All),
-            vec![RowSpec { end: 9, supervise: 0..4 }]
+            vec![RowSpec {
+                end: 9,
+                supervise: 0..4
+            }]
         );
         assert_eq!(
             plan_rows(&c, RenderPolicy::Last),
-            vec![RowSpec { end: 9, supervise: 1..4 }]
+            vec![RowSpec {
+                end: 9,
+                supervise: 1..4
+            }]
         );
     }
 
@@ -102,7 +116,10 @@ mod tests {
         let c = conversation("suatatatatata");
         assert_eq!(
             plan_rows(&c, RenderPolicy::Expand),
-            vec![RowSpec { end: 13, supervise: 0..6 }]
+            vec![RowSpec {
+                end: 13,
+                supervise: 0..6
+            }]
         );
     }
 
@@ -112,7 +129,10 @@ mod tests {
         c.messages[2].content = " <tool_response>\nx\n</tool_response>\n".into();
         assert_eq!(
             plan_rows(&c, RenderPolicy::Expand),
-            vec![RowSpec { end: 4, supervise: 0..2 }]
+            vec![RowSpec {
+                end: 4,
+                supervise: 0..2
+            }]
         );
     }
 
@@ -122,8 +142,14 @@ mod tests {
         assert_eq!(
             plan_rows(&c, RenderPolicy::Expand),
             vec![
-                RowSpec { end: 3, supervise: 0..1 },
-                RowSpec { end: 5, supervise: 1..2 },
+                RowSpec {
+                    end: 3,
+                    supervise: 0..1
+                },
+                RowSpec {
+                    end: 5,
+                    supervise: 1..2
+                },
             ]
         );
     }

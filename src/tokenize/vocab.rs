@@ -59,7 +59,11 @@ impl TokenBytes {
         for (id, added) in tokenizer.get_added_tokens_decoder() {
             entries.push((id, added.content.into_bytes()));
         }
-        let size = entries.iter().map(|(id, _)| *id as usize + 1).max().unwrap_or(0);
+        let size = entries
+            .iter()
+            .map(|(id, _)| *id as usize + 1)
+            .max()
+            .unwrap_or(0);
         let mut table: Vec<Vec<u8>> = vec![Vec::new(); size];
         for (id, bytes) in entries {
             table[id as usize] = bytes;
@@ -90,7 +94,8 @@ fn byte_level_inverse() -> impl Fn(char) -> Option<u8> {
     let mut map = std::collections::HashMap::with_capacity(256);
     let mut next = 0u32;
     for b in 0u32..256 {
-        let printable = (0x21..=0x7e).contains(&b) || (0xa1..=0xac).contains(&b) || (0xae..=0xff).contains(&b);
+        let printable =
+            (0x21..=0x7e).contains(&b) || (0xa1..=0xac).contains(&b) || (0xae..=0xff).contains(&b);
         let c = if printable {
             b
         } else {

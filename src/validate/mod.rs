@@ -59,7 +59,10 @@ impl Validator {
         if let Some(i) = messages.iter().skip(1).position(|m| m.role == Role::System) {
             return Err(Reject::new(
                 RejectReason::SystemNotFirst,
-                format!("message {} is a system message; only the first may be", i + 1),
+                format!(
+                    "message {} is a system message; only the first may be",
+                    i + 1
+                ),
             ));
         }
         if messages[0].role == Role::Tool {

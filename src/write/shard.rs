@@ -2,7 +2,7 @@
 //! nullable, hashed while written, and renamed into place only when complete.
 
 use super::{TokenRow, WriteError};
-use arrow_array::builder::{Int8Builder, Int32Builder, ListBuilder, StringBuilder};
+use arrow_array::builder::{Int32Builder, Int8Builder, ListBuilder, StringBuilder};
 use arrow_array::{ArrayRef, Int64Array, RecordBatch};
 use arrow_ipc::writer::StreamWriter;
 use arrow_schema::{DataType, Field, Schema};
@@ -168,16 +168,22 @@ impl ShardWriter {
             message: e.to_string(),
         };
         self.writer.finish().map_err(|e| arrow_err(&self.path, e))?;
-        let mut sink = self.writer.into_inner().map_err(|e| arrow_err(&self.path, e))?;
-        sink.flush().map_err(|e| WriteError::Io(self.temp.clone(), e))?;
+        let mut sink = self
+            .writer
+            .into_inner()
+            .map_err(|e| arrow_err(&self.path, e))?;
+        sink.flush()
+            .map_err(|e| WriteError::Io(self.temp.clone(), e))?;
         let sha256 = hex::encode(sink.hasher.finalize_reset());
         let bytes = sink.bytes;
         let file = sink
             .inner
             .into_inner()
             .map_err(|e| WriteError::Io(self.temp.clone(), e.into_error()))?;
-        file.sync_all().map_err(|e| WriteError::Io(self.temp.clone(), e))?;
-        std::fs::rename(&self.temp, &self.path).map_err(|e| WriteError::Io(self.path.clone(), e))?;
+        file.sync_all()
+            .map_err(|e| WriteError::Io(self.temp.clone(), e))?;
+        std::fs::rename(&self.temp, &self.path)
+            .map_err(|e| WriteError::Io(self.path.clone(), e))?;
         Ok(ShardSummary {
             file: self.file,
             rows: self.rows,

@@ -67,7 +67,9 @@ impl Spill {
             self.buckets[b] = Some(BufWriter::with_capacity(64 << 10, file));
         }
         let path = self.path(b);
-        let w = self.buckets[b].as_mut().ok_or_else(|| WriteError::Corrupt(path.clone()))?;
+        let w = self.buckets[b]
+            .as_mut()
+            .ok_or_else(|| WriteError::Corrupt(path.clone()))?;
         encode(row, w).map_err(|e| WriteError::Io(path, e))?;
         self.rows += 1;
         Ok(())
@@ -85,7 +87,6 @@ impl Spill {
         }
         Ok(paths)
     }
-
 }
 
 /// Reads a bucket back, sorted by (key, sample_id).

@@ -32,7 +32,7 @@ not a lone ``<tool_response>...</tool_response>`` block) that has an assistant m
 query, render ``messages[:next_query_or_end]`` minus trailing non-assistant messages, with the case's tools and
 kwargs and ``add_generation_prompt=False``. A jinja2 disagreement there adds ``"jinja2": [outcome, ...]``.
 
-Usage: python3 tests/oracle/gen_goldens.py   (writes tests/golden/...; deterministic)
+Usage: python3 tests/oracle/gen_goldens.py [--out DIR]   (writes tests/golden/... or DIR; deterministic)
 """
 import copy
 import hashlib
@@ -51,7 +51,8 @@ from transformers import PreTrainedTokenizerFast
 
 ROOT = Path(__file__).resolve().parents[2]
 CASES = ROOT / "tests/oracle/cases.jsonl"
-GOLDEN = ROOT / "tests/golden"
+# `--out DIR` writes elsewhere (used to check that the committed goldens are current).
+GOLDEN = Path(sys.argv[sys.argv.index("--out") + 1]) if "--out" in sys.argv else ROOT / "tests/golden"
 TOKENIZER_ZST = ROOT / "templates/qwen3.6/tokenizer.json.zst"
 
 # Official template hashes (see research notes); refuse to produce goldens from a modified template.
@@ -210,7 +211,7 @@ def write_jsonl(path, rows):
     with open(path, "w", encoding="utf-8", newline="\n") as f:
         for row in rows:
             f.write(json.dumps(row, ensure_ascii=False) + "\n")
-    print(f"wrote {path.relative_to(ROOT)} ({len(rows)} lines)")
+    print(f"wrote {path} ({len(rows)} lines)")
 
 
 def main():

