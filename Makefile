@@ -43,5 +43,9 @@ check-goldens: $(PY)
 goldens: $(PY)
 	$(PY) tests/oracle/gen_goldens.py
 
+## Side-by-side benchmark vs the Python pipeline (ROWS=100000 for the published figures).
+bench: $(PY)
+	$(PY) tests/bench/bench.py --rows $(ROWS) --threads 2 --python $(PY)
+
 clean:
 	rm -rf out .goldens-check

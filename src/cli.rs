@@ -44,6 +44,44 @@ pub enum Command {
         #[arg(long)]
         kwargs: Option<String>,
     },
+    /// Adapt and validate one source file and print it as normalized ShareGPT JSON lines
+    /// (rejects and filtered rows go to stderr as JSON lines, or to `--rejects`).
+    Normalize {
+        /// The source format (a pipeline `format:` value, e.g. `glaive`, `hermes`, `agentic`).
+        #[arg(long)]
+        format: String,
+        /// The input file (`.jsonl`, `.json` or `.parquet`).
+        file: PathBuf,
+        /// Write reject and filter lines here instead of stderr.
+        #[arg(long)]
+        rejects: Option<PathBuf>,
+        /// `agentic` only: leave out trajectories not known to be resolved.
+        #[arg(long)]
+        resolved_only: bool,
+        /// The tokenizer whose control tokens are rejected in content.
+        #[arg(long, default_value = "templates/qwen3.6/tokenizer.json.zst")]
+        tokenizer: PathBuf,
+    },
+    /// Pin the pipeline's Hub revisions to commits and file hashes in `PIPELINE.lock`, next to
+    /// the pipeline. Entries that still match the pipeline are kept as they are.
+    Lock {
+        /// The pipeline YAML.
+        pipeline: PathBuf,
+        /// Only check that the lockfile matches the pipeline (no network, nothing written);
+        /// fail if it is missing or out of date.
+        #[arg(long, conflicts_with = "upgrade")]
+        check: bool,
+        /// Re-resolve every revision to its current commit, even where the lockfile matches.
+        #[arg(long)]
+        upgrade: bool,
+    },
+    /// Download everything the pipeline reads from the Hub into the Hugging Face cache: exactly
+    /// what `PIPELINE.lock` pins, or the current revisions if there is no lockfile. Afterwards
+    /// `build` needs no network (`HF_HUB_OFFLINE=1` works).
+    Fetch {
+        /// The pipeline YAML.
+        pipeline: PathBuf,
+    },
     /// Print a row of a built dataset, decoded, with supervised tokens highlighted.
     Inspect {
         /// The dataset directory.

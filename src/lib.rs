@@ -9,6 +9,7 @@ pub mod cli;
 pub mod commands;
 pub mod conversation;
 pub mod curate;
+pub mod hub;
 pub mod pipeline;
 pub mod plan;
 pub mod printer;
@@ -41,6 +42,37 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
             policy,
             kwargs,
         } => commands::render::run(&template, &tokenizer, policy.into(), kwargs.as_deref()),
+        Command::Normalize {
+            format,
+            file,
+            rejects,
+            resolved_only,
+            tokenizer,
+        } => commands::normalize::run(
+            &commands::normalize::NormalizeArgs {
+                format,
+                file,
+                tokenizer,
+                rejects,
+                resolved_only,
+            },
+            &printer,
+        ),
+        Command::Lock {
+            pipeline,
+            check,
+            upgrade,
+        } => commands::lock::run(
+            &commands::lock::LockArgs {
+                pipeline,
+                check,
+                upgrade,
+            },
+            &printer,
+        ),
+        Command::Fetch { pipeline } => {
+            commands::fetch::run(&commands::fetch::FetchArgs { pipeline }, &printer)
+        }
         Command::Inspect {
             dir,
             row,

@@ -9,7 +9,7 @@ use crate::curate::{fingerprint, Deduper, Fingerprint};
 use crate::plan::config::{LengthPolicy, RenderPolicy, Take};
 use crate::plan::Plan;
 use crate::read::{read_files, RawRow, ReadError};
-use crate::reject::{FilterReason, Reject, RejectReason};
+use crate::reject::{FilterReason, Reject, RejectReason, Skip};
 use crate::render::{plan_rows, Renderer};
 use crate::report::SourceStats;
 use crate::tokenize::{mask, Tokenizer};
@@ -230,7 +230,7 @@ struct SourceRun<'a> {
 }
 
 /// A row after adapt + validate (run in parallel).
-type Prepared = Result<(Conversation, Repairs, Option<Fingerprint>), Reject>;
+type Prepared = Result<(Conversation, Repairs, Option<Fingerprint>), Skip>;
 
 impl SourceRun<'_> {
     fn source(&self) -> &crate::plan::SourcePlan {
@@ -299,7 +299,7 @@ impl SourceRun<'_> {
                     .as_ref()
                     .map_err(|e| Reject::new(RejectReason::InvalidJson, e.clone()))?;
                 let mut repairs = Repairs::new();
-                let conversation = adapter.adapt(value, &mut repairs)?;
+                let conversation = adapter.prepare(value, &mut repairs)?;
                 let conversation = processor.validator.validate(conversation, &mut repairs)?;
                 let fp = dedup.then(|| fingerprint(&conversation));
                 Ok((conversation, repairs, fp))
@@ -338,8 +338,12 @@ impl SourceRun<'_> {
             }
             let (conversation, repairs) = match prepared {
                 Ok((c, r, _)) => (c, r),
-                Err(reject) => {
+                Err(Skip::Rejected(reject)) => {
                     self.reject(raw, &reject, sinks)?;
+                    continue;
+                }
+                Err(Skip::Filtered(reason)) => {
+                    *self.stats.filtered.entry(reason).or_default() += 1;
                     continue;
                 }
             };

@@ -1,26 +1,36 @@
 //! `alpaca`: `{"instruction", "input", "output", "system"}` with a column mapping. The user turn
 //! is the instruction, then the input on the next line when non-empty (LLaMA-Factory's rule).
+//!
+//! | outcome | code | when |
+//! |---|---|---|
+//! | reject | `missing_field` / `invalid_field` | `instruction` or `output` absent, null or not a string |
+//! | reject | `answer_in_input` | `output` empty (after trimming) while `input` is not: CodeAlpaca's answer-in-input quirk; moving `input` to the answer would be a guess |
+//! | reject | `empty_response` | `output` empty (a fully empty row included) |
+//! | reject | `empty_prompt` | `instruction` and `input` both empty |
+//!
+//! An empty or absent `system` means no system message.
 
 use super::fields::{optional_str, required_str};
 use super::{Repairs, Row};
-use crate::conversation::{Conversation, Message};
+use crate::conversation::{py_trim, Conversation, Message};
 use crate::reject::{Reject, RejectReason};
 
 #[derive(Debug, Clone)]
 pub struct AlpacaAdapter {
     pub instruction: String,
-    pub input: String,
+    /// `None` for sources without an input column (a stray one is then never read).
+    pub input: Option<String>,
     pub output: String,
-    pub system: String,
+    pub system: Option<String>,
 }
 
 impl Default for AlpacaAdapter {
     fn default() -> Self {
         AlpacaAdapter {
             instruction: "instruction".into(),
-            input: "input".into(),
+            input: Some("input".into()),
             output: "output".into(),
-            system: "system".into(),
+            system: Some("system".into()),
         }
     }
 }
@@ -28,24 +38,48 @@ impl Default for AlpacaAdapter {
 impl AlpacaAdapter {
     pub fn adapt(&self, row: &Row, _repairs: &mut Repairs) -> Result<Conversation, Reject> {
         let instruction = required_str(row, &self.instruction)?;
-        let input = optional_str(row, &self.input)?.unwrap_or("");
+        let input = match &self.input {
+            Some(column) => optional_str(row, column)?.unwrap_or(""),
+            None => "",
+        };
         let output = required_str(row, &self.output)?;
-        if output.trim().is_empty() {
+        let has_input = !py_trim(input).is_empty();
+        if py_trim(output).is_empty() {
+            return Err(match (&self.input, has_input) {
+                (Some(input), true) => Reject::new(
+                    RejectReason::AnswerInInput,
+                    format!(
+                        "field `{}` is empty while `{input}` is not (the answer is likely in `{input}`)",
+                        self.output
+                    ),
+                ),
+                _ => Reject::new(
+                    RejectReason::EmptyResponse,
+                    format!("field `{}` is empty", self.output),
+                ),
+            });
+        }
+        if py_trim(instruction).is_empty() && !has_input {
             return Err(Reject::new(
-                RejectReason::MissingField,
-                format!("field `{}` is empty", self.output),
+                RejectReason::EmptyPrompt,
+                format!(
+                    "field `{}` is empty and there is no input",
+                    self.instruction
+                ),
             ));
         }
         let mut messages = Vec::with_capacity(3);
-        if let Some(system) = optional_str(row, &self.system)? {
-            if !system.trim().is_empty() {
-                messages.push(Message::system(system));
+        if let Some(column) = &self.system {
+            if let Some(system) = optional_str(row, column)? {
+                if !py_trim(system).is_empty() {
+                    messages.push(Message::system(system));
+                }
             }
         }
-        let user = if input.trim().is_empty() {
-            instruction.to_owned()
-        } else {
+        let user = if has_input {
             format!("{instruction}\n{input}")
+        } else {
+            instruction.to_owned()
         };
         messages.push(Message::user(user));
         messages.push(Message::assistant(output));

@@ -2,19 +2,42 @@
 //!
 //! Each format is a typed adapter. Safe repairs (string tool arguments parsed into objects,
 //! text parts joined, ...) are recorded in a [`Repairs`] log; anything else is rejected with a
-//! stable reason code and a message naming the field.
+//! stable reason code and a message naming the field. Adapter-level filters (a valid row a
+//! rule leaves out, such as an unresolved agent trajectory) are separate: [`Adapter::filter`]
+//! decides before [`Adapter::adapt`] converts, and [`Adapter::prepare`] runs both.
+//!
+//! Generic formats (`openai`, `sharegpt`, `alpaca`) take column and tag mappings; the
+//! source-specific formats read their source's exact columns (their module docs list every
+//! repair and reject).
 
+mod agentic;
 mod alpaca;
+mod calls;
 mod fields;
+mod glaive;
+mod hermes;
 mod openai;
+mod openorca;
+mod presets;
+mod pyliteral;
+mod qwen35;
 mod sharegpt;
+mod tools;
+mod xlam;
 
+pub use agentic::AgenticAdapter;
 pub use alpaca::AlpacaAdapter;
+pub use glaive::GlaiveAdapter;
+pub use hermes::HermesAdapter;
 pub use openai::OpenAiAdapter;
+pub use openorca::OpenOrcaAdapter;
+pub use presets::{Preset, PresetAdapter};
+pub use qwen35::Qwen35FcAdapter;
 pub use sharegpt::{to_sharegpt_record, ShareGptAdapter};
+pub use xlam::XlamAdapter;
 
 use crate::conversation::Conversation;
-use crate::reject::{Reject, Repair};
+use crate::reject::{FilterReason, Reject, Repair, Skip};
 use serde_json::{Map, Value};
 
 /// The repairs applied to one row, in order.
@@ -26,31 +49,101 @@ pub enum Adapter {
     OpenAi(OpenAiAdapter),
     ShareGpt(ShareGptAdapter),
     Alpaca(AlpacaAdapter),
+    Preset(PresetAdapter),
+    OpenOrca(OpenOrcaAdapter),
+    Agentic(AgenticAdapter),
+    Glaive(GlaiveAdapter),
+    Qwen35Fc(Qwen35FcAdapter),
+    Hermes(HermesAdapter),
+    Xlam(XlamAdapter),
 }
 
 impl Adapter {
     /// Adapts one row. `row` is the whole record as read from the file.
     pub fn adapt(&self, row: &Value, repairs: &mut Repairs) -> Result<Conversation, Reject> {
-        let object = row.as_object().ok_or_else(|| {
-            Reject::new(
-                crate::reject::RejectReason::InvalidField,
-                format!("row is a JSON {}, not an object", fields::kind(row)),
-            )
-        })?;
+        let object = as_row(row)?;
         match self {
             Adapter::OpenAi(a) => a.adapt(object, repairs),
             Adapter::ShareGpt(a) => a.adapt(object, repairs),
             Adapter::Alpaca(a) => a.adapt(object, repairs),
+            Adapter::Preset(a) => a.adapt(object, repairs),
+            Adapter::OpenOrca(a) => a.adapt(object, repairs),
+            Adapter::Agentic(a) => a.adapt(object, repairs),
+            Adapter::Glaive(a) => a.adapt(object, repairs),
+            Adapter::Qwen35Fc(a) => a.adapt(object, repairs),
+            Adapter::Hermes(a) => a.adapt(object, repairs),
+            Adapter::Xlam(a) => a.adapt(object, repairs),
         }
     }
 
+    /// The adapter-level filter: `Some(reason)` for a row its options leave out.
+    pub fn filter(&self, row: &Value) -> Result<Option<FilterReason>, Reject> {
+        match self {
+            Adapter::Agentic(a) => a.filter(as_row(row)?),
+            _ => Ok(None),
+        }
+    }
+
+    /// [`filter`](Self::filter), then [`adapt`](Self::adapt): what a build does with a row.
+    pub fn prepare(&self, row: &Value, repairs: &mut Repairs) -> Result<Conversation, Skip> {
+        if let Some(reason) = self.filter(row)? {
+            return Err(Skip::Filtered(reason));
+        }
+        Ok(self.adapt(row, repairs)?)
+    }
+
+    /// Source labels that are not part of the conversation (ids, OpenOrca's submix, a
+    /// trajectory's `resolved`, ...), for the normalized output. Empty when the format has none.
+    pub fn metadata(&self, row: &Value) -> Map<String, Value> {
+        let Some(row) = row.as_object() else {
+            return Map::new();
+        };
+        match self {
+            Adapter::Preset(a) => a.metadata(row),
+            Adapter::OpenOrca(a) => a.metadata(row),
+            Adapter::Agentic(a) => a.metadata(row),
+            Adapter::Hermes(a) => a.metadata(row),
+            Adapter::Xlam(a) => a.metadata(row),
+            _ => Map::new(),
+        }
+    }
+
+    /// The `format:` name.
     pub fn name(&self) -> &'static str {
         match self {
             Adapter::OpenAi(_) => "openai",
             Adapter::ShareGpt(_) => "sharegpt",
             Adapter::Alpaca(_) => "alpaca",
+            Adapter::Preset(a) => a.name(),
+            Adapter::OpenOrca(_) => "openorca",
+            Adapter::Agentic(_) => "agentic",
+            Adapter::Glaive(_) => "glaive",
+            Adapter::Qwen35Fc(_) => "qwen35_fc",
+            Adapter::Hermes(_) => "hermes",
+            Adapter::Xlam(_) => "xlam",
         }
     }
+}
+
+fn as_row(row: &Value) -> Result<&Row, Reject> {
+    row.as_object().ok_or_else(|| {
+        Reject::new(
+            crate::reject::RejectReason::InvalidField,
+            format!("row is a JSON {}, not an object", fields::kind(row)),
+        )
+    })
+}
+
+/// The listed fields of a row that are strings, numbers or booleans, in the listed order.
+fn scalar_fields(row: &Row, keys: &[&str]) -> Map<String, Value> {
+    keys.iter()
+        .filter_map(|&k| match row.get(k) {
+            Some(v @ (Value::String(_) | Value::Number(_) | Value::Bool(_))) => {
+                Some((k.to_owned(), v.clone()))
+            }
+            _ => None,
+        })
+        .collect()
 }
 
 /// A row as a JSON object; adapters read columns out of it.

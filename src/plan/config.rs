@@ -97,7 +97,10 @@ pub struct SourceConfig {
     pub name: String,
     /// Input files (`.jsonl`, `.json`, `.parquet`), relative to the pipeline file.
     pub files: Vec<PathBuf>,
-    /// The row format: `openai`, `sharegpt` or `alpaca`.
+    /// The row format: a generic one (`openai`, `sharegpt`, `alpaca`, which take `columns`
+    /// and `tags`) or a source-specific one that reads its source's exact columns
+    /// (`openorca`, `codealpaca`, `evol_codealpaca`, `magicoder_oss`, `magicoder_evol`,
+    /// `agentic`, `glaive`, `qwen35_fc`, `hermes`, `xlam`).
     pub format: FormatName,
     /// Column names, where they differ from the format's defaults.
     #[serde(default)]
@@ -108,14 +111,43 @@ pub struct SourceConfig {
     /// How many rows to keep from this source: a count, or `all`.
     #[serde(default)]
     pub take: Take,
+    /// `agentic` only: keep only trajectories known to be resolved (others are filtered with
+    /// reason `unresolved`, counted but not written as rejects).
+    #[serde(default)]
+    pub resolved_only: Option<bool>,
 }
 
+/// A `format:` value. Each source-specific format's module docs (`src/adapt/`) list its
+/// repair and reject rules.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum FormatName {
+    /// OpenAI messages (`messages`, `tools`).
     Openai,
+    /// ShareGPT / LLaMA-Factory `conversations` with tag mapping.
     Sharegpt,
+    /// Alpaca `instruction` / `input` / `output` / `system` with column mapping.
     Alpaca,
+    /// Open-Orca/OpenOrca: `id`, `system_prompt`, `question`, `response`.
+    Openorca,
+    /// sahil2801/CodeAlpaca-20k: `instruction`, `input`, `output`.
+    Codealpaca,
+    /// theblackcat102/evol-codealpaca-v1: `instruction`, `output`.
+    EvolCodealpaca,
+    /// ise-uiuc/Magicoder-OSS-Instruct-75K: `problem`, `solution`.
+    MagicoderOss,
+    /// ise-uiuc/Magicoder-Evol-Instruct-110K: `instruction`, `response`.
+    MagicoderEvol,
+    /// Agent trajectories: thoughtworks, SWE-smith, nebius SWE-agent / OpenHands, SWE-Gym.
+    Agentic,
+    /// glaiveai/glaive-function-calling-v2 raw `system` / `chat` text.
+    Glaive,
+    /// Mustafaege/qwen3.5-functioncalling-v2: role/content messages, tools in the system text.
+    Qwen35Fc,
+    /// NousResearch/hermes-function-calling-v1: ShareGPT with `<tool_call>` text.
+    Hermes,
+    /// Salesforce/xlam-function-calling-60k: `query`, `answers`, `tools`.
+    Xlam,
 }
 
 /// Column mapping. Which keys apply depends on the format.

@@ -4,7 +4,10 @@
 
 pub mod config;
 
-use crate::adapt::{Adapter, AlpacaAdapter, OpenAiAdapter, ShareGptAdapter};
+use crate::adapt::{
+    Adapter, AgenticAdapter, AlpacaAdapter, GlaiveAdapter, HermesAdapter, OpenAiAdapter,
+    OpenOrcaAdapter, Preset, PresetAdapter, Qwen35FcAdapter, ShareGptAdapter, XlamAdapter,
+};
 use config::{
     ColumnsConfig, FormatName, LengthPolicy, PipelineConfig, RenderPolicy, SourceConfig,
     TagsConfig, Take,
@@ -199,7 +202,10 @@ fn compile_source(base: &Path, source: &SourceConfig) -> Result<SourcePlan, Vec<
             errors.push(format!("input file `{}` does not exist", f.display()));
         }
     }
-    match adapter(source.format, &source.columns, &source.tags) {
+    let options = FormatOptions {
+        resolved_only: source.resolved_only,
+    };
+    match adapter(source.format, &source.columns, &source.tags, &options) {
         Ok(adapter) if errors.is_empty() => Ok(SourcePlan {
             name: source.name.clone(),
             files,
@@ -219,11 +225,18 @@ fn compile_source(base: &Path, source: &SourceConfig) -> Result<SourcePlan, Vec<
     }
 }
 
-/// Builds the adapter for a format, rejecting mapping keys the format does not use.
+/// Source options that are neither column nor tag mappings (`SourceConfig` fields).
+#[derive(Debug, Clone, Default)]
+pub struct FormatOptions {
+    pub resolved_only: Option<bool>,
+}
+
+/// Builds the adapter for a format, rejecting mapping keys and options the format does not use.
 pub fn adapter(
     format: FormatName,
     columns: &ColumnsConfig,
     tags: &TagsConfig,
+    options: &FormatOptions,
 ) -> Result<Adapter, Vec<String>> {
     let mut errors = Vec::new();
     let mut unused = |name: &str, set: bool| {
@@ -268,15 +281,62 @@ pub fn adapter(
         FormatName::Alpaca => {
             let mut a = AlpacaAdapter::default();
             pick(&columns.instruction, &mut a.instruction);
-            pick(&columns.input, &mut a.input);
             pick(&columns.output, &mut a.output);
-            pick(&columns.system, &mut a.system);
+            if let Some(input) = &columns.input {
+                a.input = Some(input.clone());
+            }
+            if let Some(system) = &columns.system {
+                a.system = Some(system.clone());
+            }
             unused("columns.messages", columns.messages.is_some());
             unused("columns.tools", columns.tools.is_some());
             unused_tags(tags, &mut unused);
             Adapter::Alpaca(a)
         }
+        // Source-specific formats read their source's exact columns.
+        FormatName::Openorca => Adapter::OpenOrca(OpenOrcaAdapter),
+        FormatName::Codealpaca => Adapter::Preset(PresetAdapter::new(Preset::CodeAlpaca)),
+        FormatName::EvolCodealpaca => Adapter::Preset(PresetAdapter::new(Preset::EvolCodeAlpaca)),
+        FormatName::MagicoderOss => Adapter::Preset(PresetAdapter::new(Preset::MagicoderOss)),
+        FormatName::MagicoderEvol => Adapter::Preset(PresetAdapter::new(Preset::MagicoderEvol)),
+        FormatName::Agentic => Adapter::Agentic(AgenticAdapter {
+            resolved_only: options.resolved_only.unwrap_or(false),
+        }),
+        FormatName::Glaive => Adapter::Glaive(GlaiveAdapter),
+        FormatName::Qwen35Fc => Adapter::Qwen35Fc(Qwen35FcAdapter),
+        FormatName::Hermes => Adapter::Hermes(HermesAdapter),
+        FormatName::Xlam => Adapter::Xlam(XlamAdapter),
     };
+    unused(
+        "resolved_only",
+        format != FormatName::Agentic && options.resolved_only.is_some(),
+    );
+    let generic = matches!(
+        format,
+        FormatName::Openai | FormatName::Sharegpt | FormatName::Alpaca
+    );
+    if !generic {
+        let c = columns;
+        let any_column = [
+            &c.messages,
+            &c.tools,
+            &c.system,
+            &c.instruction,
+            &c.input,
+            &c.output,
+        ]
+        .iter()
+        .any(|v| v.is_some());
+        unused_tags(tags, &mut unused);
+        if any_column {
+            errors.push(
+                "`columns` does not apply to this format: it reads its source's exact columns \
+                 (for a mirror with renamed columns use `openai`, `sharegpt` or `alpaca`)"
+                    .to_owned(),
+            );
+        }
+    }
+
     if errors.is_empty() {
         Ok(adapter)
     } else {

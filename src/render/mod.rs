@@ -119,4 +119,3 @@ fn tojson(_state: &State, value: &Value, kwargs: Kwargs) -> Result<Value, Error>
     pycompat::dump_json(value, indent, 0, &mut out)?;
     Ok(Value::from_safe_string(out))
 }
-

@@ -4,6 +4,7 @@
 //! `tokenizers` crate without touching the mask logic. The mask is computed in token space in one
 //! linear pass ([`mask`]), then checked against the assistant spans found in the text.
 
+pub mod fast;
 pub mod mask;
 mod vocab;
 
@@ -25,10 +26,53 @@ pub struct HfEncoder {
 
 impl Encoder for HfEncoder {
     fn encode(&self, text: &str) -> Result<Vec<u32>, String> {
-        self.tokenizer
-            .encode_fast(text, false)
-            .map(|e| e.get_ids().to_vec())
-            .map_err(|e| e.to_string())
+        hf_encode(&self.tokenizer, text)
+    }
+}
+
+fn hf_encode(tokenizer: &tokenizers::Tokenizer, text: &str) -> Result<Vec<u32>, String> {
+    tokenizer
+        .encode_fast(text, false)
+        .map(|e| e.get_ids().to_vec())
+        .map_err(|e| e.to_string())
+}
+
+/// Which encoder to use (`tokenizer.backend` in the pipeline config).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Backend {
+    /// The fast encoder if the tokenizer qualifies and passes the self-check, else `Hf`.
+    #[default]
+    Auto,
+    /// The `tokenizers` crate.
+    Hf,
+    /// The fast encoder, or an error if it cannot be used.
+    Fast,
+}
+
+/// What [`Tokenizer::load_with_backend`] chose, and why.
+#[derive(Debug, Clone)]
+pub struct BackendReport {
+    pub requested: Backend,
+    /// [`Backend::Hf`] or [`Backend::Fast`].
+    pub used: Backend,
+    /// Why the fast encoder is not used, when `Auto` fell back to `Hf`.
+    pub fallback_reason: Option<String>,
+    /// Texts the fast encoder was compared with the `tokenizers` crate on before use.
+    pub probe_texts: usize,
+}
+
+impl std::fmt::Display for BackendReport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match (self.used, &self.fallback_reason) {
+            (Backend::Fast, _) => write!(
+                f,
+                "fast encoder (identical ids to the `tokenizers` crate on {} probe texts)",
+                self.probe_texts
+            ),
+            (_, Some(reason)) => write!(f, "`tokenizers` crate (fast encoder not used: {reason})"),
+            _ => write!(f, "`tokenizers` crate"),
+        }
     }
 }
 
@@ -44,15 +88,66 @@ pub struct Tokenizer {
 }
 
 impl Tokenizer {
-    /// Loads a `tokenizer.json` (optionally zstd-compressed, by a `.zst` extension).
+    /// Loads a `tokenizer.json` (optionally zstd-compressed, by a `.zst` extension) with the
+    /// `tokenizers` crate as encoder.
     pub fn load(path: &Path) -> Result<Self, TokenizerError> {
-        let raw = std::fs::read(path).map_err(|e| TokenizerError::Io(path.to_owned(), e))?;
-        let json = if path.extension().is_some_and(|e| e == "zst") {
-            zstd::decode_all(raw.as_slice()).map_err(|e| TokenizerError::Io(path.to_owned(), e))?
-        } else {
-            raw
-        };
+        let json = read_json(path)?;
         Self::from_json_bytes(&json).map_err(|e| e.with_path(path))
+    }
+
+    /// Loads a `tokenizer.json` like [`load`](Self::load), with the encoder `backend` asks for.
+    pub fn load_with_backend(
+        path: &Path,
+        backend: Backend,
+    ) -> Result<(Self, BackendReport), TokenizerError> {
+        let json = read_json(path)?;
+        Self::from_json_bytes_with_backend(&json, backend).map_err(|e| e.with_path(path))
+    }
+
+    pub fn from_json_bytes_with_backend(
+        json: &[u8],
+        backend: Backend,
+    ) -> Result<(Self, BackendReport), TokenizerError> {
+        let mut tokenizer = Self::from_json_bytes(json)?;
+        let mut report = BackendReport {
+            requested: backend,
+            used: Backend::Hf,
+            fallback_reason: None,
+            probe_texts: 0,
+        };
+        if backend == Backend::Hf {
+            return Ok((tokenizer, report));
+        }
+        match tokenizer.checked_fast_encoder(json) {
+            Ok((fast, probes)) => {
+                tokenizer.encoder = Box::new(fast);
+                report.used = Backend::Fast;
+                report.probe_texts = probes;
+            }
+            Err(reason) if backend == Backend::Auto => report.fallback_reason = Some(reason),
+            Err(reason) => return Err(TokenizerError::FastBackend(reason)),
+        }
+        Ok((tokenizer, report))
+    }
+
+    /// The fast encoder, if the tokenizer qualifies and it gives the same ids as the current
+    /// (`tokenizers`) encoder on every probe text.
+    fn checked_fast_encoder(&self, json: &[u8]) -> Result<(fast::FastEncoder, usize), String> {
+        let encoder = fast::FastEncoder::new(json, &self.hf)?;
+        let mut added: Vec<String> = self
+            .hf
+            .get_added_tokens_decoder()
+            .into_values()
+            .map(|t| t.content)
+            .collect();
+        added.sort();
+        let probes = fast::self_check(&encoder, self.encoder.as_ref(), &added)?;
+        Ok((encoder, probes))
+    }
+
+    /// Encodes with the `tokenizers` crate whatever the backend, to spot-check the encoder.
+    pub fn reference_encode(&self, text: &str) -> Result<Vec<u32>, String> {
+        hf_encode(&self.hf, text)
     }
 
     pub fn from_json_bytes(json: &[u8]) -> Result<Self, TokenizerError> {
@@ -109,5 +204,15 @@ impl Tokenizer {
         ids.iter()
             .flat_map(|&id| self.bytes.get(id).iter().copied())
             .collect()
+    }
+}
+
+/// The bytes of a `tokenizer.json`, decompressed if the name ends in `.zst`.
+fn read_json(path: &Path) -> Result<Vec<u8>, TokenizerError> {
+    let raw = std::fs::read(path).map_err(|e| TokenizerError::Io(path.to_owned(), e))?;
+    if path.extension().is_some_and(|e| e == "zst") {
+        zstd::decode_all(raw.as_slice()).map_err(|e| TokenizerError::Io(path.to_owned(), e))
+    } else {
+        Ok(raw)
     }
 }

@@ -12,6 +12,8 @@ pub enum TokenizerError {
     NotByteLevel,
     #[error("the tokenizer has no token for `{0}`, which the chat format needs")]
     MissingToken(String),
+    #[error("the fast encoder cannot be used: {0}")]
+    FastBackend(String),
     #[error("in `{}`: {source}", path.display())]
     AtPath {
         path: PathBuf,
@@ -90,7 +92,7 @@ impl TokenBytes {
 
 /// The inverse of GPT-2's `bytes_to_unicode`: printable bytes map to themselves, the rest to
 /// U+0100 onwards in byte order.
-fn byte_level_inverse() -> impl Fn(char) -> Option<u8> {
+pub(super) fn byte_level_inverse() -> impl Fn(char) -> Option<u8> {
     let mut map = std::collections::HashMap::with_capacity(256);
     let mut next = 0u32;
     for b in 0u32..256 {

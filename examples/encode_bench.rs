@@ -1,0 +1,183 @@
+//! Throughput of the `tokenizers` crate encoder vs the fast encoder, on the same texts with the
+//! same rayon pool, and a check that their ids are identical.
+//!
+//! ```text
+//! cargo run --release --example encode_bench -- [FILE.jsonl] [--threads N] [--repeat R]
+//!     [--tokenizer PATH] [--regex]
+//! ```
+//! `FILE.jsonl` has one JSON object per line with a `text` field; without it, the texts are the
+//! renders in `tests/golden/render/*.jsonl`, repeated to about 20 MB. `--regex` also measures the
+//! fast encoder with the regex pre-tokenizer instead of the hand-written scanner.
+
+use anyhow::{bail, Context, Result};
+use chatshards::tokenize::fast::FastEncoder;
+use chatshards::tokenize::Encoder;
+use rayon::prelude::*;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+/// `encode_fast(text, false)`, exactly what the pipeline's `tokenizers` backend runs.
+struct Hf<'a>(&'a tokenizers::Tokenizer);
+
+impl Encoder for Hf<'_> {
+    fn encode(&self, text: &str) -> Result<Vec<u32>, String> {
+        self.0
+            .encode_fast(text, false)
+            .map(|e| e.get_ids().to_vec())
+            .map_err(|e| e.to_string())
+    }
+}
+
+struct Args {
+    file: Option<PathBuf>,
+    threads: usize,
+    repeat: usize,
+    tokenizer: PathBuf,
+    regex: bool,
+}
+
+fn parse_args() -> Result<Args> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut args = Args {
+        file: None,
+        threads: 2,
+        repeat: 3,
+        tokenizer: root.join("templates/qwen3.6/tokenizer.json.zst"),
+        regex: false,
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(arg) = it.next() {
+        let mut value = |name: &str| it.next().with_context(|| format!("{name} needs a value"));
+        match arg.as_str() {
+            "--threads" => args.threads = value("--threads")?.parse()?,
+            "--repeat" => args.repeat = value("--repeat")?.parse()?,
+            "--tokenizer" => args.tokenizer = value("--tokenizer")?.into(),
+            "--regex" => args.regex = true,
+            s if s.starts_with("--") => bail!("unknown option {s}"),
+            s => args.file = Some(s.into()),
+        }
+    }
+    args.threads = args.threads.max(1);
+    args.repeat = args.repeat.max(1);
+    Ok(args)
+}
+
+fn read_texts(path: &Path) -> Result<Vec<String>> {
+    let data =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let mut texts = Vec::new();
+    for (n, line) in data.lines().enumerate() {
+        if line.trim().is_empty() {
+            continue;
+        }
+        let row: serde_json::Value =
+            serde_json::from_str(line).with_context(|| format!("{}:{}", path.display(), n + 1))?;
+        if let Some(text) = row.get("text").and_then(|t| t.as_str()) {
+            texts.push(text.to_owned());
+        }
+    }
+    Ok(texts)
+}
+
+fn default_texts() -> Result<Vec<String>> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden/render");
+    let mut base = Vec::new();
+    for name in ["qwen3.6.jsonl", "qwen3.5.jsonl", "qwen3.jsonl"] {
+        base.extend(read_texts(&dir.join(name))?);
+    }
+    let size: usize = base.iter().map(String::len).sum();
+    if size == 0 {
+        bail!("no texts in {}", dir.display());
+    }
+    let copies = (20 << 20) / size + 1;
+    Ok((0..copies).flat_map(|_| base.iter().cloned()).collect())
+}
+
+/// Encodes every text on `pool`; returns the ids and the best wall time over `repeat` runs.
+fn measure(
+    pool: &rayon::ThreadPool,
+    encoder: &dyn Encoder,
+    texts: &[String],
+    repeat: usize,
+) -> Result<(Vec<Vec<u32>>, f64)> {
+    let mut best = f64::INFINITY;
+    let mut ids = Vec::new();
+    for _ in 0..repeat {
+        let start = Instant::now();
+        let run: Result<Vec<Vec<u32>>, String> =
+            pool.install(|| texts.par_iter().map(|t| encoder.encode(t)).collect());
+        best = best.min(start.elapsed().as_secs_f64());
+        ids = run.map_err(anyhow::Error::msg)?;
+    }
+    Ok((ids, best))
+}
+
+fn main() -> Result<()> {
+    let args = parse_args()?;
+    let texts = match &args.file {
+        Some(file) => read_texts(file)?,
+        None => default_texts()?,
+    };
+    let bytes: usize = texts.iter().map(String::len).sum();
+
+    let raw = std::fs::read(&args.tokenizer)?;
+    let json = if args.tokenizer.extension().is_some_and(|e| e == "zst") {
+        zstd::decode_all(raw.as_slice())?
+    } else {
+        raw
+    };
+    let hf = tokenizers::Tokenizer::from_bytes(&json).map_err(anyhow::Error::msg)?;
+    let load = Instant::now();
+    let fast = FastEncoder::new(&json, &hf).map_err(anyhow::Error::msg)?;
+    let load = load.elapsed().as_secs_f64();
+    let reference = Hf(&hf);
+
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(args.threads)
+        .build()?;
+    println!(
+        "{} texts, {:.1} MB, {} threads, best of {} runs (fast encoder built in {:.2} s, scanner: {})",
+        texts.len(),
+        bytes as f64 / 1e6,
+        args.threads,
+        args.repeat,
+        load,
+        fast.uses_scanner()
+    );
+
+    let (want, hf_secs) = measure(&pool, &reference, &texts, args.repeat)?;
+    let tokens: usize = want.iter().map(Vec::len).sum();
+    let report = |name: &str, secs: f64| {
+        println!(
+            "{name:<28} {:>8.3} s  {:>7.2} M tokens/s  {:>7.1} MB/s  {:>5.2}x",
+            secs,
+            tokens as f64 / secs / 1e6,
+            bytes as f64 / secs / 1e6,
+            hf_secs / secs
+        );
+    };
+    report("tokenizers encode_fast", hf_secs);
+
+    let mut candidates: Vec<(&str, FastEncoder)> = vec![("fast", fast)];
+    if args.regex {
+        let regex = FastEncoder::with_regex_pretokenizer(&json, &hf).map_err(anyhow::Error::msg)?;
+        candidates.push(("fast (regex pre-tokenizer)", regex));
+    }
+    for (name, encoder) in &candidates {
+        let (got, secs) = measure(&pool, encoder, &texts, args.repeat)?;
+        report(name, secs);
+        let mismatches: Vec<usize> = (0..texts.len()).filter(|&i| got[i] != want[i]).collect();
+        if let Some(&first) = mismatches.first() {
+            bail!(
+                "{name}: ids differ on {} of {} texts (first: text #{first})",
+                mismatches.len(),
+                texts.len()
+            );
+        }
+    }
+    println!(
+        "ids identical on all {} texts ({tokens} tokens)",
+        texts.len()
+    );
+    Ok(())
+}

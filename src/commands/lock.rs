@@ -1,0 +1,115 @@
+//! `chatshards lock PIPELINE.yaml`: pins every `hub:` entry to a commit and the size and
+//! SHA-256 of each file it selects, in `PIPELINE.lock` next to the pipeline.
+//!
+//! Like `uv lock`, entries that still match the pipeline (same repo, kind, revision and
+//! `files`) are kept as they are, so relocking is stable and needs no network; `--upgrade`
+//! re-resolves everything, `--check` only verifies.
+
+use super::fetch::{hinted, with_lock_path, FetchBars};
+use crate::hub::{self, Hub, HubError, LockedRepo, Lockfile};
+use crate::printer::Printer;
+use anyhow::Result;
+use std::path::PathBuf;
+
+pub struct LockArgs {
+    pub pipeline: PathBuf,
+    /// Verify the lockfile against the pipeline; write nothing.
+    pub check: bool,
+    /// Re-resolve every revision, even where the lockfile still matches.
+    pub upgrade: bool,
+}
+
+pub fn run(args: &LockArgs, printer: &Printer) -> Result<()> {
+    let pipeline = args.pipeline.as_path();
+    let fail = |error: HubError| hinted(error, pipeline);
+    let specs = hub::hub_specs_of(pipeline).map_err(fail)?;
+    let lock_path = Lockfile::path_for(pipeline);
+    let existing = if lock_path.exists() {
+        match Lockfile::read(&lock_path) {
+            Ok(lock) => Some(lock),
+            // `--upgrade` rebuilds from scratch, so an unreadable lockfile is no obstacle.
+            Err(error) if args.upgrade && !args.check => {
+                printer.info(&format!("warning: {error}; replacing it"));
+                None
+            }
+            Err(error) => return Err(fail(error)),
+        }
+    } else {
+        None
+    };
+
+    if args.check {
+        let Some(lock) = existing else {
+            anyhow::bail!(
+                "there is no lockfile `{}`\n\nhint: run `chatshards lock {}` to create it",
+                lock_path.display(),
+                pipeline.display()
+            );
+        };
+        lock.check(&specs)
+            .map_err(|error| fail(with_lock_path(error, &lock_path)))?;
+        printer.info(&format!("`{}` is up to date", lock_path.display()));
+        return Ok(());
+    }
+
+    if specs.is_empty() && existing.is_none() {
+        printer.info(&format!(
+            "`{}` reads nothing from the Hub: no lockfile needed",
+            pipeline.display()
+        ));
+        return Ok(());
+    }
+
+    let bars = FetchBars::new(printer);
+    // Started only if some entry needs resolving: relocking an up-to-date pipeline is offline.
+    let hub_client: std::cell::OnceCell<Hub> = std::cell::OnceCell::new();
+    let mut entries: Vec<LockedRepo> = Vec::new();
+    for spec in hub::merge_specs(&specs) {
+        let kept = existing
+            .as_ref()
+            .filter(|_| !args.upgrade)
+            .and_then(|lock| lock.entry(spec.kind, &spec.repo, &spec.revision))
+            .filter(|entry| entry.requested == spec.files);
+        if let Some(entry) = kept {
+            entries.push(entry.clone());
+            continue;
+        }
+        let hub_ready = match hub_client.get() {
+            Some(hub_ready) => hub_ready,
+            None => {
+                let started = Hub::from_env().map_err(fail)?;
+                hub_client.get_or_init(|| started)
+            }
+        };
+        let entry = hub_ready.pin(&spec, &bars).map_err(|error| {
+            bars.clear();
+            fail(error)
+        })?;
+        printer.info(&format!(
+            "Locked {} `{}` at `{}` to `{}` ({} files)",
+            entry.kind,
+            entry.repo,
+            entry.revision,
+            &entry.commit[..12.min(entry.commit.len())],
+            entry.files.len()
+        ));
+        entries.push(entry);
+    }
+    bars.clear();
+
+    let lock = Lockfile::new(entries);
+    let bytes = lock.to_bytes();
+    if std::fs::read(&lock_path).ok().as_deref() == Some(bytes.as_slice()) {
+        printer.info(&format!("`{}` is up to date", lock_path.display()));
+    } else {
+        lock.write(&lock_path).map_err(fail)?;
+        let files: usize = lock.repos.iter().map(|entry| entry.files.len()).sum();
+        printer.info(&format!(
+            "Wrote `{}` ({} repos, {} files)",
+            lock_path.display(),
+            lock.repos.len(),
+            files
+        ));
+    }
+    Ok(())
+}

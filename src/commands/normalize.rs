@@ -1,0 +1,145 @@
+//! `chatshards normalize --format NAME FILE`: one source file through read → adapt → validate,
+//! printed as normalized ShareGPT JSONL (the same records a build writes to
+//! `conversations.jsonl`) on stdout. Each row that yields nothing is a JSON line on stderr (or
+//! in `--rejects FILE`): `{"row", "reason", "message"}` for a reject, `{"row", "filtered"}` for
+//! a row an adapter option leaves out. A one-line summary follows on stderr.
+//!
+//! Records are `{"id": "<format>:0:<row>", "source": "<format>", ..., "meta"?}`: the id has
+//! the shape of a build's `sample_id` with the format name as the source name, and `meta`
+//! holds the source labels the adapter reports (OpenOrca's submix, xLAM's id, ...).
+
+use crate::adapt::{to_sharegpt_record, Repairs};
+use crate::plan::config::{ColumnsConfig, FormatName, TagsConfig};
+use crate::plan::FormatOptions;
+use crate::printer::Printer;
+use crate::read::read_files;
+use crate::reject::Skip;
+use crate::tokenize::Tokenizer;
+use crate::validate::Validator;
+use anyhow::{anyhow, Context, Result};
+use serde_json::{json, Value};
+use std::fs::File;
+use std::io::{BufWriter, Write};
+use std::path::{Path, PathBuf};
+
+pub struct NormalizeArgs {
+    pub format: String,
+    pub file: PathBuf,
+    pub tokenizer: PathBuf,
+    pub rejects: Option<PathBuf>,
+    pub resolved_only: bool,
+}
+
+pub fn run(args: &NormalizeArgs, printer: &Printer) -> Result<()> {
+    let format: FormatName = serde_json::from_value(Value::String(args.format.clone()))
+        .map_err(|e| anyhow!("unknown format `{}`: {e}", args.format))?;
+    let options = FormatOptions {
+        resolved_only: args.resolved_only.then_some(true),
+    };
+    let adapter = crate::plan::adapter(
+        format,
+        &ColumnsConfig::default(),
+        &TagsConfig::default(),
+        &options,
+    )
+    .map_err(|errors| anyhow!("{}", errors.join("; ")))?;
+    // The same control-token list a build rejects on.
+    let tokenizer = Tokenizer::load(&args.tokenizer)
+        .with_context(|| format!("failed to load tokenizer `{}`", args.tokenizer.display()))?;
+    let validator = Validator::new(&tokenizer.forbidden);
+    let name = adapter.name();
+
+    let mut out = BufWriter::new(std::io::stdout().lock());
+    let mut side: Box<dyn Write> = match &args.rejects {
+        Some(path) => {
+            Box::new(BufWriter::new(File::create(path).with_context(|| {
+                format!("failed to create `{}`", path.display())
+            })?))
+        }
+        None => Box::new(BufWriter::new(std::io::stderr().lock())),
+    };
+    let (mut read, mut kept, mut rejected, mut filtered) = (0u64, 0u64, 0u64, 0u64);
+    let mut failure = None;
+    read_files(std::slice::from_ref(&args.file), &mut |raw| {
+        read += 1;
+        let result = raw
+            .value
+            .map_err(|e| {
+                Skip::from(crate::reject::Reject::new(
+                    crate::reject::RejectReason::InvalidJson,
+                    e,
+                ))
+            })
+            .and_then(|value| {
+                let mut repairs = Repairs::new();
+                let conversation = adapter.prepare(&value, &mut repairs)?;
+                let conversation = validator.validate(conversation, &mut repairs)?;
+                Ok((value, conversation))
+            });
+        let written = match result {
+            Ok((value, conversation)) => {
+                kept += 1;
+                let mut record =
+                    to_sharegpt_record(&conversation, &format!("{name}:0:{}", raw.row), name);
+                let meta = adapter.metadata(&value);
+                if let (false, Value::Object(r)) = (meta.is_empty(), &mut record) {
+                    r.insert("meta".into(), Value::Object(meta));
+                }
+                line(&mut out, &record)
+            }
+            Err(Skip::Rejected(reject)) => {
+                rejected += 1;
+                let record = json!({"row": raw.row, "reason": reject.reason.code(), "message": reject.message});
+                line(&mut side, &record)
+            }
+            Err(Skip::Filtered(reason)) => {
+                filtered += 1;
+                line(
+                    &mut side,
+                    &json!({"row": raw.row, "filtered": reason.code()}),
+                )
+            }
+        };
+        match written {
+            Ok(()) => true,
+            Err(e) => {
+                failure = Some(e);
+                false
+            }
+        }
+    })?;
+    if let Some(e) = failure {
+        return Err(e).context("failed to write output");
+    }
+    out.flush().context("failed to write stdout")?;
+    side.flush().context("failed to write rejects")?;
+    drop(side);
+    printer.info(&format!(
+        "normalize: {} rows read from `{}`: {kept} kept, {rejected} rejected, {filtered} filtered",
+        read,
+        display(&args.file)
+    ));
+    Ok(())
+}
+
+fn line(w: &mut dyn Write, value: &Value) -> std::io::Result<()> {
+    let mut s = value.to_string();
+    s.push('\n');
+    Printer::data(&mut MutWrite(w), &s)
+}
+
+/// `Printer::data` takes `impl Write`; this forwards to a `dyn Write`.
+struct MutWrite<'a>(&'a mut dyn Write);
+
+impl Write for MutWrite<'_> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.write(buf)
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.0.flush()
+    }
+}
+
+fn display(path: &Path) -> String {
+    path.display().to_string()
+}

@@ -1,0 +1,465 @@
+//! `PIPELINE.lock`: for every repo and revision a pipeline reads, the commit it resolved to and
+//! the path, size and SHA-256 of every file used. A locked build reads exactly these bytes and
+//! never asks the network.
+//!
+//! The file is YAML written by one canonical writer (sorted, every string JSON-quoted, fixed
+//! field order), so locking twice gives the same bytes and diffs stay minimal. It is read
+//! through a separate wire type and checked (version, hex digests, safe paths) while
+//! converting, in the manner of uv's `LockWire`.
+
+use super::config::{check_repo_id, check_repo_path, check_revision, is_commit, HubSpec, RepoKind};
+use super::error::{HubError, StaleReason};
+use serde::Deserialize;
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
+/// The pinned Hub inputs of one pipeline.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Lockfile {
+    /// Format version; a different version is refused rather than misread.
+    pub version: u32,
+    /// Sorted by kind, repo, revision.
+    pub repos: Vec<LockedRepo>,
+}
+
+/// One repo at one requested revision.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LockedRepo {
+    pub repo: String,
+    pub kind: RepoKind,
+    /// The revision as the pipeline requests it (`main`, a tag, or a commit).
+    pub revision: String,
+    /// The 40-hex commit it resolved to.
+    pub commit: String,
+    /// The pipeline's `files` entries (paths and globs) this entry was resolved for, sorted.
+    /// When they change, the entry is stale.
+    pub requested: Vec<String>,
+    /// What they matched, sorted by path.
+    pub files: Vec<LockedFile>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LockedFile {
+    pub path: String,
+    pub size: u64,
+    /// Lowercase hex SHA-256 of the content.
+    pub sha256: String,
+}
+
+impl Lockfile {
+    pub const VERSION: u32 = 1;
+
+    /// A lockfile in canonical order.
+    pub fn new(repos: Vec<LockedRepo>) -> Self {
+        let mut repos = repos;
+        for repo in &mut repos {
+            repo.requested.sort();
+            repo.requested.dedup();
+            repo.files.sort_by(|a, b| a.path.cmp(&b.path));
+            repo.files.dedup_by(|a, b| a.path == b.path);
+        }
+        repos.sort_by(|a, b| (a.kind, &a.repo, &a.revision).cmp(&(b.kind, &b.repo, &b.revision)));
+        repos.dedup_by(|a, b| (a.kind, &a.repo, &a.revision) == (b.kind, &b.repo, &b.revision));
+        Lockfile {
+            version: Self::VERSION,
+            repos,
+        }
+    }
+
+    /// `pipelines/demo.yaml` → `pipelines/demo.lock`.
+    pub fn path_for(pipeline: &Path) -> PathBuf {
+        pipeline.with_extension("lock")
+    }
+
+    /// The entry for a repo at a requested revision.
+    pub fn entry(&self, kind: RepoKind, repo: &str, revision: &str) -> Option<&LockedRepo> {
+        self.repos
+            .iter()
+            .find(|entry| entry.kind == kind && entry.repo == repo && entry.revision == revision)
+    }
+
+    pub fn read(path: &Path) -> Result<Self, HubError> {
+        let bytes = std::fs::read(path).map_err(|source| HubError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
+        Self::from_bytes(&bytes, path)
+    }
+
+    /// Parses and checks lockfile text; `path` is only used in errors.
+    pub fn from_bytes(bytes: &[u8], path: &Path) -> Result<Self, HubError> {
+        let invalid = |reason: String| HubError::LockInvalid {
+            path: path.to_owned(),
+            reason,
+        };
+        let wire: LockWire =
+            serde_yaml_ng::from_slice(bytes).map_err(|error| invalid(error.to_string()))?;
+        if wire.version != Self::VERSION {
+            return Err(invalid(if wire.version > Self::VERSION {
+                format!(
+                    "version {} was written by a newer chatshards (this one reads version {})",
+                    wire.version,
+                    Self::VERSION
+                )
+            } else {
+                format!("unsupported version {}", wire.version)
+            }));
+        }
+        let mut seen = BTreeSet::new();
+        let mut repos = Vec::with_capacity(wire.repos.len());
+        for entry in wire.repos {
+            let name = format!("{} `{}` at `{}`", entry.kind, entry.repo, entry.revision);
+            check_repo_id(&entry.repo).map_err(|reason| invalid(format!("{name}: {reason}")))?;
+            check_revision(&entry.revision)
+                .map_err(|reason| invalid(format!("{name}: {reason}")))?;
+            if !seen.insert((entry.kind, entry.repo.clone(), entry.revision.clone())) {
+                return Err(invalid(format!("{name} appears twice")));
+            }
+            if !is_commit(&entry.commit) || entry.commit.bytes().any(|b| b.is_ascii_uppercase()) {
+                return Err(invalid(format!(
+                    "{name}: `{}` is not a 40-character lowercase commit SHA",
+                    entry.commit
+                )));
+            }
+            if entry.requested.is_empty() {
+                return Err(invalid(format!("{name}: `requested` is empty")));
+            }
+            let mut paths = BTreeSet::new();
+            for file in &entry.files {
+                check_repo_path(&file.path)
+                    .map_err(|reason| invalid(format!("{name}: file `{}`: {reason}", file.path)))?;
+                if !paths.insert(file.path.as_str()) {
+                    return Err(invalid(format!(
+                        "{name}: file `{}` appears twice",
+                        file.path
+                    )));
+                }
+                let hex = file.sha256.len() == 64
+                    && file
+                        .sha256
+                        .bytes()
+                        .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
+                if !hex {
+                    return Err(invalid(format!(
+                        "{name}: file `{}`: `{}` is not a lowercase hex SHA-256",
+                        file.path, file.sha256
+                    )));
+                }
+            }
+            repos.push(LockedRepo {
+                repo: entry.repo,
+                kind: entry.kind,
+                revision: entry.revision,
+                commit: entry.commit,
+                requested: entry.requested,
+                files: entry
+                    .files
+                    .into_iter()
+                    .map(|file| LockedFile {
+                        path: file.path,
+                        size: file.size,
+                        sha256: file.sha256,
+                    })
+                    .collect(),
+            });
+        }
+        Ok(Lockfile::new(repos))
+    }
+
+    /// The canonical text. Strings are JSON-quoted, which YAML reads as double-quoted
+    /// scalars: no value can be mistaken for a number, a boolean or a comment.
+    pub fn to_bytes(&self) -> Vec<u8> {
+        let quote = |text: &str| {
+            serde_json::to_string(text).unwrap_or_else(|_| format!("\"{}\"", text.escape_default()))
+        };
+        let mut out = String::new();
+        out.push_str(
+            "# Generated by `chatshards lock`: the Hub commits and files this pipeline reads.\n",
+        );
+        out.push_str(
+            "# Do not edit. `chatshards lock` updates it; `chatshards fetch` downloads it.\n",
+        );
+        out.push_str(&format!("version: {}\n", self.version));
+        if self.repos.is_empty() {
+            out.push_str("repos: []\n");
+        } else {
+            out.push_str("repos:\n");
+        }
+        for entry in &self.repos {
+            out.push_str(&format!("  - repo: {}\n", quote(&entry.repo)));
+            out.push_str(&format!("    kind: {}\n", entry.kind));
+            out.push_str(&format!("    revision: {}\n", quote(&entry.revision)));
+            out.push_str(&format!("    commit: {}\n", quote(&entry.commit)));
+            let requested: Vec<String> = entry.requested.iter().map(|r| quote(r)).collect();
+            out.push_str(&format!("    requested: [{}]\n", requested.join(", ")));
+            if entry.files.is_empty() {
+                out.push_str("    files: []\n");
+            } else {
+                out.push_str("    files:\n");
+            }
+            for file in &entry.files {
+                out.push_str(&format!("      - path: {}\n", quote(&file.path)));
+                out.push_str(&format!("        size: {}\n", file.size));
+                out.push_str(&format!("        sha256: {}\n", quote(&file.sha256)));
+            }
+        }
+        out.into_bytes()
+    }
+
+    /// Writes the canonical text atomically (a reader never sees half a lockfile).
+    pub fn write(&self, path: &Path) -> Result<(), HubError> {
+        super::cache::write_atomic(path, &self.to_bytes()).map_err(|source| HubError::Write {
+            path: path.to_owned(),
+            source,
+        })
+    }
+
+    /// Whether this lockfile pins exactly what `specs` ask for. It never needs the network: a
+    /// fresh entry stays valid as long as the pipeline asks for the same repo, revision and
+    /// `files`, because its commit's content never changes.
+    pub fn check(&self, specs: &[HubSpec]) -> Result<(), HubError> {
+        let wanted = super::config::merge_specs(specs);
+        let mut reasons = Vec::new();
+        for spec in &wanted {
+            match self.entry(spec.kind, &spec.repo, &spec.revision) {
+                None => reasons.push(StaleReason::Missing {
+                    kind: spec.kind,
+                    repo: spec.repo.clone(),
+                    revision: spec.revision.clone(),
+                }),
+                Some(entry) if entry.requested != spec.files => {
+                    reasons.push(StaleReason::FilesChanged {
+                        kind: spec.kind,
+                        repo: spec.repo.clone(),
+                        revision: spec.revision.clone(),
+                        locked: entry.requested.clone(),
+                        wanted: spec.files.clone(),
+                    })
+                }
+                Some(_) => {}
+            }
+        }
+        for entry in &self.repos {
+            let used = wanted.iter().any(|spec| {
+                spec.key() == (entry.kind, entry.repo.as_str(), entry.revision.as_str())
+            });
+            if !used {
+                reasons.push(StaleReason::Unused {
+                    kind: entry.kind,
+                    repo: entry.repo.clone(),
+                    revision: entry.revision.clone(),
+                });
+            }
+        }
+        if reasons.is_empty() {
+            Ok(())
+        } else {
+            Err(HubError::StaleLock {
+                path: None,
+                reasons,
+            })
+        }
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct LockWire {
+    version: u32,
+    #[serde(default)]
+    repos: Vec<LockedRepoWire>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct LockedRepoWire {
+    repo: String,
+    kind: RepoKind,
+    revision: String,
+    commit: String,
+    requested: Vec<String>,
+    files: Vec<LockedFileWire>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct LockedFileWire {
+    path: String,
+    size: u64,
+    sha256: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> Lockfile {
+        Lockfile::new(vec![
+            LockedRepo {
+                repo: "Qwen/Qwen3.6-27B".to_owned(),
+                kind: RepoKind::Model,
+                revision: "main".to_owned(),
+                commit: "a".repeat(40),
+                requested: vec![
+                    "tokenizer.json".to_owned(),
+                    "chat_template.jinja".to_owned(),
+                ],
+                files: vec![
+                    LockedFile {
+                        path: "tokenizer.json".to_owned(),
+                        size: 11,
+                        sha256: "b".repeat(64),
+                    },
+                    LockedFile {
+                        path: "chat_template.jinja".to_owned(),
+                        size: 7,
+                        sha256: "c".repeat(64),
+                    },
+                ],
+            },
+            LockedRepo {
+                repo: "Open-Orca/OpenOrca".to_owned(),
+                kind: RepoKind::Dataset,
+                revision: "main".to_owned(),
+                commit: "d".repeat(40),
+                requested: vec!["*.parquet".to_owned()],
+                files: vec![LockedFile {
+                    path: "1M-GPT4-Augmented.parquet".to_owned(),
+                    size: 123,
+                    sha256: "e".repeat(64),
+                }],
+            },
+        ])
+    }
+
+    #[test]
+    fn canonical_text_round_trips() {
+        let lock = sample();
+        let text = String::from_utf8(lock.to_bytes()).expect("utf8");
+        let expected = format!(
+            "# Generated by `chatshards lock`: the Hub commits and files this pipeline reads.\n\
+             # Do not edit. `chatshards lock` updates it; `chatshards fetch` downloads it.\n\
+             version: 1\n\
+             repos:\n\
+             \x20 - repo: \"Qwen/Qwen3.6-27B\"\n\
+             \x20   kind: model\n\
+             \x20   revision: \"main\"\n\
+             \x20   commit: \"{a}\"\n\
+             \x20   requested: [\"chat_template.jinja\", \"tokenizer.json\"]\n\
+             \x20   files:\n\
+             \x20     - path: \"chat_template.jinja\"\n\
+             \x20       size: 7\n\
+             \x20       sha256: \"{c}\"\n\
+             \x20     - path: \"tokenizer.json\"\n\
+             \x20       size: 11\n\
+             \x20       sha256: \"{b}\"\n\
+             \x20 - repo: \"Open-Orca/OpenOrca\"\n\
+             \x20   kind: dataset\n\
+             \x20   revision: \"main\"\n\
+             \x20   commit: \"{d}\"\n\
+             \x20   requested: [\"*.parquet\"]\n\
+             \x20   files:\n\
+             \x20     - path: \"1M-GPT4-Augmented.parquet\"\n\
+             \x20       size: 123\n\
+             \x20       sha256: \"{e}\"\n",
+            a = "a".repeat(40),
+            b = "b".repeat(64),
+            c = "c".repeat(64),
+            d = "d".repeat(40),
+            e = "e".repeat(64),
+        );
+        assert_eq!(text, expected);
+        let back = Lockfile::from_bytes(text.as_bytes(), Path::new("x.lock")).expect("parse");
+        assert_eq!(back, lock);
+        assert_eq!(back.to_bytes(), lock.to_bytes());
+    }
+
+    #[test]
+    fn invalid_lockfiles_say_why() {
+        let text = String::from_utf8(sample().to_bytes()).expect("utf8");
+        let error = |text: &str| {
+            Lockfile::from_bytes(text.as_bytes(), Path::new("p.lock"))
+                .map(|_| ())
+                .map_err(|e| e.to_string())
+                .err()
+                .unwrap_or_default()
+        };
+        assert_eq!(
+            error(&text.replace("version: 1", "version: 2")),
+            "the lockfile `p.lock` is invalid: version 2 was written by a newer chatshards (this one reads version 1)"
+        );
+        assert_eq!(
+            error(&text.replace(&"e".repeat(64), "xyz")),
+            "the lockfile `p.lock` is invalid: dataset `Open-Orca/OpenOrca` at `main`: file `1M-GPT4-Augmented.parquet`: `xyz` is not a lowercase hex SHA-256"
+        );
+        assert_eq!(
+            error(&text.replace("1M-GPT4-Augmented.parquet", "../escape")),
+            "the lockfile `p.lock` is invalid: dataset `Open-Orca/OpenOrca` at `main`: file `../escape`: paths may not contain empty, `.` or `..` segments"
+        );
+        assert!(
+            error(&text.replace("size: 7", "size: 7\n        extra: 1")).starts_with(
+                "the lockfile `p.lock` is invalid: repos[0].files[0]: unknown field `extra`"
+            )
+        );
+    }
+
+    #[test]
+    fn check_lists_every_reason() {
+        let lock = sample();
+        let spec = |repo: &str, kind, revision: &str, files: &[&str]| HubSpec {
+            repo: repo.to_owned(),
+            kind,
+            revision: revision.to_owned(),
+            files: files.iter().map(|f| f.to_string()).collect(),
+        };
+        let fresh = [
+            spec(
+                "Qwen/Qwen3.6-27B",
+                RepoKind::Model,
+                "main",
+                &["tokenizer.json"],
+            ),
+            spec(
+                "Qwen/Qwen3.6-27B",
+                RepoKind::Model,
+                "main",
+                &["chat_template.jinja"],
+            ),
+            spec(
+                "Open-Orca/OpenOrca",
+                RepoKind::Dataset,
+                "main",
+                &["*.parquet"],
+            ),
+        ];
+        assert!(lock.check(&fresh).is_ok());
+        let stale = [
+            spec(
+                "Qwen/Qwen3.6-27B",
+                RepoKind::Model,
+                "main",
+                &["tokenizer.json"],
+            ),
+            spec(
+                "Open-Orca/OpenOrca",
+                RepoKind::Dataset,
+                "v2",
+                &["*.parquet"],
+            ),
+        ];
+        match lock.check(&stale) {
+            Err(HubError::StaleLock { reasons, .. }) => assert_eq!(
+                reasons
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>(),
+                vec![
+                    "model `Qwen/Qwen3.6-27B` at `main`: files changed from [`chat_template.jinja`, `tokenizer.json`] to [`tokenizer.json`]",
+                    "dataset `Open-Orca/OpenOrca` at `v2` is not in the lockfile",
+                    "dataset `Open-Orca/OpenOrca` at `main` is locked but no longer used",
+                ]
+            ),
+            other => panic!("expected a stale lock, got {other:?}"),
+        }
+    }
+}

@@ -1,0 +1,391 @@
+//! Byte-level BPE with the exact merge semantics of the `tokenizers` crate's `BPE` model.
+//!
+//! `tokenizers` merges, while any adjacent pair of symbols is in the merge list, the pair with the
+//! lowest merge rank, the leftmost one on ties (`Word::merge_all`: a heap ordered by
+//! `(rank, position)`). Both algorithms below do exactly that, with ranks taken from the merge
+//! list itself, so they agree with `tokenizers` by construction. With `ignore_merges` (Qwen,
+//! Llama-3) a piece that is a whole vocabulary token is that token, without merging.
+//!
+//! Speed comes from working on bytes (no byte-to-char mapping per piece), open hash tables keyed
+//! by the raw bytes, and a per-thread cache of merged pieces.
+
+use foldhash::fast::FixedState;
+use hashbrown::HashTable;
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap};
+use std::hash::BuildHasher;
+
+/// What merging an adjacent pair gives: its rank in the merge list and the merged token.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+struct Merge {
+    rank: u32,
+    id: u32,
+}
+
+const NO_MERGE: Merge = Merge {
+    rank: u32::MAX,
+    id: u32::MAX,
+};
+
+/// Pieces up to this many bytes are merged by rescanning a short array (cache-friendly, no
+/// heap); longer ones with a priority queue, so long runs stay O(n log n).
+const SHORT_PIECE: usize = 64;
+/// Merged pieces longer than this are not cached: they rarely repeat.
+const CACHE_MAX_PIECE: usize = 256;
+const CACHE_MAX_ENTRIES: usize = 1 << 16;
+const CACHE_MAX_BYTES: usize = 4 << 20;
+
+pub(super) struct Bpe {
+    /// Token id → its bytes, for ids reachable from byte-level text.
+    token_bytes: Vec<u8>,
+    token_offsets: Vec<u32>,
+    /// Token ids, hashed by their bytes.
+    vocab: HashTable<u32>,
+    byte_ids: [u32; 256],
+    /// `(left << 32) | right` → the merge.
+    merges: HashMap<u64, Merge, FixedState>,
+    ignore_merges: bool,
+    hasher: FixedState,
+}
+
+impl Bpe {
+    /// `vocab` is the model vocabulary (byte-level strings → ids), `merges` the merge list in
+    /// rank order. Fails unless every byte has a token and the merges are rank-consistent.
+    pub(super) fn new(
+        vocab: &HashMap<String, u32>,
+        merges: &[(String, String)],
+        ignore_merges: bool,
+        char_to_byte: impl Fn(char) -> Option<u8>,
+    ) -> Result<Bpe, String> {
+        let hasher = FixedState::default();
+        let size = vocab.values().map(|&id| id as usize + 1).max().unwrap_or(0);
+        let mut table: Vec<Option<Vec<u8>>> = vec![None; size];
+        for (token, &id) in vocab {
+            // Tokens with a character outside the byte-level alphabet can never come out of
+            // byte-level text; they stay unreachable (an empty entry).
+            let bytes: Option<Vec<u8>> = token.chars().map(&char_to_byte).collect();
+            if let Some(bytes) = bytes.filter(|b| !b.is_empty()) {
+                table[id as usize] = Some(bytes);
+            }
+        }
+        let mut token_bytes = Vec::new();
+        let mut token_offsets = Vec::with_capacity(size + 1);
+        token_offsets.push(0u32);
+        for bytes in &table {
+            token_bytes.extend_from_slice(bytes.as_deref().unwrap_or_default());
+            let end = u32::try_from(token_bytes.len()).map_err(|_| "vocabulary too large")?;
+            token_offsets.push(end);
+        }
+        let mut bpe = Bpe {
+            token_bytes,
+            token_offsets,
+            vocab: HashTable::with_capacity(size),
+            byte_ids: [0; 256],
+            merges: HashMap::with_capacity_and_hasher(merges.len(), hasher.clone()),
+            ignore_merges,
+            hasher,
+        };
+        for (id, bytes) in table.iter().enumerate() {
+            let Some(bytes) = bytes else { continue };
+            let hash = bpe.hasher.hash_one(bytes.as_slice());
+            let id = id as u32;
+            if bpe.lookup(bytes, hash).is_some() {
+                // Distinct strings map to distinct bytes, so this cannot happen for a valid file.
+                return Err("two vocabulary tokens have the same bytes".into());
+            }
+            let Bpe {
+                vocab,
+                token_bytes,
+                token_offsets,
+                hasher,
+                ..
+            } = &mut bpe;
+            vocab.insert_unique(hash, id, |&other| {
+                hasher.hash_one(token_slice(token_bytes, token_offsets, other))
+            });
+        }
+        for b in 0..=255u8 {
+            bpe.byte_ids[b as usize] = bpe
+                .lookup(&[b], bpe.hasher.hash_one([b].as_slice()))
+                .ok_or_else(|| format!("byte 0x{b:02x} has no token, so BPE could hit `unk`"))?;
+        }
+
+        let id_of = |token: &str| {
+            vocab
+                .get(token)
+                .copied()
+                .ok_or_else(|| format!("merge token `{token}` is not in the vocabulary"))
+        };
+        let mut previous: Option<(usize, u32)> = None;
+        for (rank, (left, right)) in merges.iter().enumerate() {
+            let merged = id_of(&format!("{left}{right}"))?;
+            // Rank consistency: merge order must be token-id order of the merged tokens.
+            if let Some((prev_rank, prev_id)) = previous {
+                if merged < prev_id {
+                    return Err(format!(
+                        "merges are not rank-consistent: merge #{rank} `{left} {right}` gives id \
+                         {merged}, but merge #{prev_rank} before it gave id {prev_id}"
+                    ));
+                }
+            }
+            previous = Some((rank, merged));
+            let key = pair_key(id_of(left)?, id_of(right)?);
+            let rank = u32::try_from(rank).map_err(|_| "too many merges")?;
+            // A repeated pair keeps its last rank, as in `tokenizers` (a map built in order).
+            bpe.merges.insert(key, Merge { rank, id: merged });
+        }
+        Ok(bpe)
+    }
+
+    /// The bytes of token `id` (empty if it is unreachable or unknown).
+    pub(super) fn token(&self, id: u32) -> &[u8] {
+        token_slice(&self.token_bytes, &self.token_offsets, id)
+    }
+
+    #[inline]
+    fn lookup(&self, bytes: &[u8], hash: u64) -> Option<u32> {
+        self.vocab
+            .find(hash, |&id| self.token(id) == bytes)
+            .copied()
+    }
+
+    #[inline]
+    fn merge_of(&self, left: u32, right: u32) -> Merge {
+        self.merges
+            .get(&pair_key(left, right))
+            .copied()
+            .unwrap_or(NO_MERGE)
+    }
+
+    /// Appends the ids of one pre-tokenizer piece.
+    #[inline]
+    pub(super) fn encode_piece(&self, piece: &[u8], cache: &mut PieceCache, out: &mut Vec<u32>) {
+        let hash = self.hasher.hash_one(piece);
+        if self.ignore_merges {
+            if let Some(id) = self.lookup(piece, hash) {
+                out.push(id);
+                return;
+            }
+        }
+        if let [b] = piece {
+            out.push(self.byte_ids[*b as usize]);
+            return;
+        }
+        if piece.len() > CACHE_MAX_PIECE {
+            self.merge(piece, &mut cache.scratch, out);
+            return;
+        }
+        if let Some(ids) = cache.get(piece, hash) {
+            out.extend_from_slice(ids);
+            return;
+        }
+        let start = out.len();
+        self.merge(piece, &mut cache.scratch, out);
+        cache.insert(piece, hash, &out[start..]);
+    }
+
+    /// BPE-merges `piece` from its bytes, appending the resulting ids.
+    fn merge(&self, piece: &[u8], scratch: &mut Scratch, out: &mut Vec<u32>) {
+        if piece.len() > SHORT_PIECE {
+            self.merge_long(piece, scratch, out)
+        } else {
+            self.merge_short(piece, scratch, out)
+        }
+    }
+
+    /// Rescans an array of pairs for the best merge: O(n²) but the fastest for short pieces.
+    fn merge_short(&self, piece: &[u8], scratch: &mut Scratch, out: &mut Vec<u32>) {
+        // `ids[k]` is symbol k, `pairs[k]` the merge of symbols k and k+1.
+        let Scratch { ids, pairs, .. } = scratch;
+        ids.clear();
+        ids.extend(piece.iter().map(|&b| self.byte_ids[b as usize]));
+        pairs.clear();
+        pairs.extend(ids.windows(2).map(|w| self.merge_of(w[0], w[1])));
+        loop {
+            // Lowest rank, leftmost on ties (strict `<`).
+            let mut best = NO_MERGE;
+            let mut at = 0;
+            for (k, m) in pairs.iter().enumerate() {
+                if m.rank < best.rank {
+                    best = *m;
+                    at = k;
+                }
+            }
+            if best.rank == u32::MAX {
+                break;
+            }
+            ids[at] = best.id;
+            ids.remove(at + 1);
+            pairs.remove(at);
+            if at > 0 {
+                pairs[at - 1] = self.merge_of(ids[at - 1], ids[at]);
+            }
+            if at < pairs.len() {
+                pairs[at] = self.merge_of(ids[at], ids[at + 1]);
+            }
+        }
+        out.extend_from_slice(ids);
+    }
+
+    /// The `tokenizers` algorithm proper: symbols in a linked list, candidate merges in a
+    /// min-heap of `(rank, position)`, stale entries skipped when popped.
+    fn merge_long(&self, piece: &[u8], scratch: &mut Scratch, out: &mut Vec<u32>) {
+        const NONE: u32 = u32::MAX;
+        let Scratch { symbols, heap, .. } = scratch;
+        symbols.clear();
+        let n = piece.len() as u32;
+        symbols.extend(piece.iter().enumerate().map(|(k, &b)| Symbol {
+            id: self.byte_ids[b as usize],
+            prev: if k == 0 { NONE } else { k as u32 - 1 },
+            next: if k as u32 + 1 == n {
+                NONE
+            } else {
+                k as u32 + 1
+            },
+            alive: true,
+        }));
+        heap.clear();
+        for k in 0..symbols.len().saturating_sub(1) {
+            let m = self.merge_of(symbols[k].id, symbols[k + 1].id);
+            if m.rank != u32::MAX {
+                heap.push(Reverse((m.rank, k as u32)));
+            }
+        }
+        while let Some(Reverse((rank, pos))) = heap.pop() {
+            let p = pos as usize;
+            let Symbol {
+                id,
+                prev,
+                next,
+                alive,
+            } = symbols[p];
+            if !alive || next == NONE {
+                continue;
+            }
+            let right = symbols[next as usize];
+            let m = self.merge_of(id, right.id);
+            // Stale entry: the pair at `pos` changed since it was queued. A rank names exactly
+            // one pair, and a position's pair only ever grows, so equal rank means unchanged.
+            if m.rank != rank {
+                continue;
+            }
+            symbols[p].id = m.id;
+            symbols[p].next = right.next;
+            symbols[next as usize].alive = false;
+            if right.next != NONE {
+                symbols[right.next as usize].prev = pos;
+            }
+            if prev != NONE {
+                let before = self.merge_of(symbols[prev as usize].id, m.id);
+                if before.rank != u32::MAX {
+                    heap.push(Reverse((before.rank, prev)));
+                }
+            }
+            if right.next != NONE {
+                let after = self.merge_of(m.id, symbols[right.next as usize].id);
+                if after.rank != u32::MAX {
+                    heap.push(Reverse((after.rank, pos)));
+                }
+            }
+        }
+        // Symbol 0 absorbs merges to its right and is never removed.
+        let mut k = 0;
+        while k != NONE {
+            out.push(symbols[k as usize].id);
+            k = symbols[k as usize].next;
+        }
+    }
+}
+
+#[inline]
+fn pair_key(left: u32, right: u32) -> u64 {
+    ((left as u64) << 32) | right as u64
+}
+
+#[inline]
+fn token_slice<'a>(bytes: &'a [u8], offsets: &[u32], id: u32) -> &'a [u8] {
+    let i = id as usize;
+    match (offsets.get(i), offsets.get(i + 1)) {
+        (Some(&a), Some(&b)) => &bytes[a as usize..b as usize],
+        _ => &[],
+    }
+}
+
+#[derive(Clone, Copy)]
+struct Symbol {
+    id: u32,
+    prev: u32,
+    next: u32,
+    alive: bool,
+}
+
+/// Reusable buffers for merging.
+#[derive(Default)]
+struct Scratch {
+    ids: Vec<u32>,
+    pairs: Vec<Merge>,
+    symbols: Vec<Symbol>,
+    heap: BinaryHeap<Reverse<(u32, u32)>>,
+}
+
+/// Per-thread cache of merged pieces: piece bytes → ids, in two flat arenas. Cleared wholesale
+/// when full, which keeps it bounded without LRU bookkeeping; hot pieces come back at once.
+#[derive(Default)]
+pub(super) struct PieceCache {
+    /// The encoder this cache belongs to ([`FastEncoder`](super::FastEncoder) instance id).
+    pub(super) owner: u64,
+    table: HashTable<CacheEntry>,
+    keys: Vec<u8>,
+    ids: Vec<u32>,
+    scratch: Scratch,
+}
+
+struct CacheEntry {
+    hash: u64,
+    key_start: u32,
+    key_len: u32,
+    ids_start: u32,
+    ids_len: u32,
+}
+
+impl PieceCache {
+    pub(super) fn reset(&mut self, owner: u64) {
+        self.owner = owner;
+        self.table.clear();
+        self.keys.clear();
+        self.ids.clear();
+    }
+
+    #[inline]
+    fn key(&self, e: &CacheEntry) -> &[u8] {
+        &self.keys[e.key_start as usize..(e.key_start + e.key_len) as usize]
+    }
+
+    #[inline]
+    fn get(&self, piece: &[u8], hash: u64) -> Option<&[u32]> {
+        let e = self
+            .table
+            .find(hash, |e| e.hash == hash && self.key(e) == piece)?;
+        Some(&self.ids[e.ids_start as usize..(e.ids_start + e.ids_len) as usize])
+    }
+
+    fn insert(&mut self, piece: &[u8], hash: u64, ids: &[u32]) {
+        if self.table.len() >= CACHE_MAX_ENTRIES
+            || self.keys.len() + piece.len() > CACHE_MAX_BYTES
+            || self.ids.len() + ids.len() > CACHE_MAX_BYTES / 4
+        {
+            let owner = self.owner;
+            self.reset(owner);
+        }
+        let entry = CacheEntry {
+            hash,
+            key_start: self.keys.len() as u32,
+            key_len: piece.len() as u32,
+            ids_start: self.ids.len() as u32,
+            ids_len: ids.len() as u32,
+        };
+        self.keys.extend_from_slice(piece);
+        self.ids.extend_from_slice(ids);
+        self.table.insert_unique(hash, entry, |e| e.hash);
+    }
+}

@@ -1,0 +1,136 @@
+//! Character classes for the hand-written pre-tokenizer scanner.
+//!
+//! The classes are not taken from a Unicode table of our own: they are read out of the regex
+//! engine the `tokenizers` crate splits with ([`SysRegex`], Oniguruma here), by running `\p{L}+`,
+//! `\p{M}+`, `\p{N}+` and `\s+` over a string holding every Unicode scalar value. The scanner and
+//! the `Split` pre-tokenizer therefore agree on every code point by construction, whatever
+//! Unicode version that engine ships; `tests/fast_encoder.rs` re-checks it code point by code
+//! point. Building the table takes a few tens of milliseconds, once per process.
+
+use std::sync::OnceLock;
+use tokenizers::utils::SysRegex;
+
+/// What the GPT-4-style pattern distinguishes about a character.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+pub(super) enum Class {
+    /// Anything else: punctuation, symbols, controls, unassigned code points.
+    Other,
+    /// `\p{L}`.
+    Letter,
+    /// `\p{M}`.
+    Mark,
+    /// `\p{N}`.
+    Number,
+    /// `\s` except `\r` and `\n`.
+    Space,
+    /// `\r` or `\n`.
+    Newline,
+}
+
+/// Code point → [`Class`] as a two-stage table (256-code-point blocks, deduplicated), plus the
+/// characters that the case-insensitive contraction alternatives match.
+pub(super) struct CharClasses {
+    block_of: Box<[u16]>,
+    blocks: Box<[[Class; 256]]>,
+    /// `(character, ASCII letter)`: the characters `(?i:x)` matches for each letter `x` of the
+    /// contractions `'s 't 're 've 'm 'll 'd` (e.g. `S`, and `ſ` U+017F for `s`).
+    folds: Box<[(char, u8)]>,
+}
+
+const CONTRACTION_LETTERS: &[u8] = b"strevmld";
+
+impl CharClasses {
+    /// The process-wide table, or why it could not be built.
+    pub(super) fn get() -> Result<&'static CharClasses, String> {
+        static TABLE: OnceLock<Result<CharClasses, String>> = OnceLock::new();
+        TABLE
+            .get_or_init(Self::from_engine)
+            .as_ref()
+            .map_err(Clone::clone)
+    }
+
+    fn from_engine() -> Result<CharClasses, String> {
+        let every_char: String = (0..=char::MAX as u32).filter_map(char::from_u32).collect();
+        let mut class = vec![Class::Other; char::MAX as usize + 1];
+        for (pattern, value) in [
+            (r"\s+", Class::Space),
+            (r"\p{L}+", Class::Letter),
+            (r"\p{M}+", Class::Mark),
+            (r"\p{N}+", Class::Number),
+        ] {
+            let regex = SysRegex::new(pattern).map_err(|e| format!("regex `{pattern}`: {e}"))?;
+            for (start, end) in regex.find_iter(&every_char) {
+                for c in every_char.get(start..end).unwrap_or_default().chars() {
+                    let slot = &mut class[c as usize];
+                    if *slot != Class::Other {
+                        // The scanner assumes the four classes are disjoint, as they are in
+                        // Unicode (general categories L, M, N; White_Space is Z* and Cc).
+                        return Err(format!("U+{:04X} is in more than one class", c as u32));
+                    }
+                    *slot = value;
+                }
+            }
+        }
+        for c in ['\r', '\n'] {
+            if class[c as usize] != Class::Space {
+                return Err(format!("{c:?} is not matched by `\\s`"));
+            }
+            class[c as usize] = Class::Newline;
+        }
+
+        let mut folds = Vec::new();
+        for &letter in CONTRACTION_LETTERS {
+            let pattern = format!("(?i:{})", letter as char);
+            let regex = SysRegex::new(&pattern).map_err(|e| format!("regex `{pattern}`: {e}"))?;
+            for (start, end) in regex.find_iter(&every_char) {
+                let mut chars = every_char.get(start..end).unwrap_or_default().chars();
+                match (chars.next(), chars.next()) {
+                    (Some(c), None) => folds.push((c, letter)),
+                    // A letter matching a sequence would need a look-ahead the scanner lacks.
+                    _ => return Err(format!("`{pattern}` matches a multi-character sequence")),
+                }
+            }
+        }
+        folds.sort_unstable();
+        if folds.windows(2).any(|w| w[0].0 == w[1].0) {
+            return Err("a character case-folds to two contraction letters".into());
+        }
+
+        let mut block_of = Vec::with_capacity(class.len() / 256);
+        let mut blocks: Vec<[Class; 256]> = Vec::new();
+        let mut seen = std::collections::HashMap::new();
+        for chunk in class.chunks_exact(256) {
+            let mut block = [Class::Other; 256];
+            block.copy_from_slice(chunk);
+            let index = *seen.entry(block).or_insert_with(|| {
+                blocks.push(block);
+                blocks.len() - 1
+            });
+            block_of.push(u16::try_from(index).map_err(|_| "too many distinct blocks")?);
+        }
+        Ok(CharClasses {
+            block_of: block_of.into(),
+            blocks: blocks.into(),
+            folds: folds.into(),
+        })
+    }
+
+    /// The class of code point `cp` (any `u32`; out-of-range values are `Other`).
+    #[inline]
+    pub(super) fn of(&self, cp: u32) -> Class {
+        match self.block_of.get((cp >> 8) as usize) {
+            Some(&block) => self.blocks[block as usize][(cp & 0xff) as usize],
+            None => Class::Other,
+        }
+    }
+
+    /// The contraction letter (`s t r e v m l d`) that `(?i:…)` matches with `c`, if any.
+    #[inline]
+    pub(super) fn contraction_letter(&self, c: u32) -> Option<u8> {
+        let c = char::from_u32(c)?;
+        self.folds
+            .binary_search_by_key(&c, |&(f, _)| f)
+            .ok()
+            .map(|i| self.folds[i].1)
+    }
+}

@@ -1,0 +1,308 @@
+//! An exact, fast encoder for byte-level BPE tokenizers (GitHub issue #6).
+//!
+//! It reimplements, for the configurations it accepts, exactly what the `tokenizers` crate does in
+//! `encode_fast(text, false)`:
+//! 1. split added tokens out of the raw text ([`added`], a port of `AddedVocabulary`);
+//! 2. normalize each remaining piece on its own (NFC, by the same `unicode-normalization-alignments`
+//!    code `tokenizers` runs, after a quick check that skips text already in NFC);
+//! 3. pre-tokenize with the `Split` pattern ([`pretokenize`]: a hand-written scanner for the
+//!    GPT-4-style family, the `tokenizers` regex engine for anything else);
+//! 4. byte-level BPE each piece with the merge ranks of the file ([`bpe`]), through a per-thread
+//!    cache.
+//!
+//! [`FastEncoder::new`] refuses, with a reason, any tokenizer outside that set (other models,
+//! normalizers or pre-tokenizers, dropout, prefixes, truncation/padding, merges that are not
+//! rank-consistent). `Tokenizer::load_with_backend` additionally compares it with the
+//! `tokenizers` crate on [`probe_texts`] before using it.
+
+mod added;
+mod bpe;
+mod classes;
+mod pretokenize;
+mod probe;
+
+pub use pretokenize::{PreTokenizer, Scanner};
+pub use probe::probe_texts;
+
+use super::Encoder;
+use added::{AddedTokens, Piece};
+use bpe::{Bpe, PieceCache};
+use serde::Deserialize;
+use std::borrow::Cow;
+use std::cell::RefCell;
+use std::sync::atomic::{AtomicU64, Ordering};
+use tokenizers::models::ModelWrapper;
+use tokenizers::normalizers::NormalizerWrapper;
+
+/// The fast encoder. `Send + Sync`; per-thread state lives in a thread-local cache.
+pub struct FastEncoder {
+    added: AddedTokens,
+    nfc: bool,
+    pretokenizer: PreTokenizer,
+    bpe: Bpe,
+    /// Distinguishes encoders in the thread-local cache.
+    instance: u64,
+}
+
+thread_local! {
+    static CACHE: RefCell<PieceCache> = RefCell::new(PieceCache::default());
+}
+
+impl FastEncoder {
+    /// Builds the encoder from a `tokenizer.json` and the `tokenizers` crate's view of the same
+    /// file, or says why the tokenizer does not qualify.
+    pub fn new(json: &[u8], hf: &tokenizers::Tokenizer) -> Result<Self, String> {
+        Self::build(json, hf, false)
+    }
+
+    /// Like [`new`](Self::new), but always pre-tokenizes with the regex engine (the reference
+    /// path), even where the scanner applies. For tests and benchmarks.
+    pub fn with_regex_pretokenizer(
+        json: &[u8],
+        hf: &tokenizers::Tokenizer,
+    ) -> Result<Self, String> {
+        Self::build(json, hf, true)
+    }
+
+    fn build(json: &[u8], hf: &tokenizers::Tokenizer, force_regex: bool) -> Result<Self, String> {
+        if hf.get_truncation().is_some() || hf.get_padding().is_some() {
+            return Err("the tokenizer truncates or pads".into());
+        }
+        let nfc = match hf.get_normalizer() {
+            None => false,
+            Some(NormalizerWrapper::NFC(_)) => true,
+            Some(other) => {
+                return Err(format!(
+                    "normalizer {} is not supported (only NFC or none)",
+                    variant_name(other)
+                ))
+            }
+        };
+        let model = match hf.get_model() {
+            ModelWrapper::BPE(model) => model,
+            ModelWrapper::WordPiece(_) => return Err("the model is WordPiece, not BPE".into()),
+            ModelWrapper::WordLevel(_) => return Err("the model is WordLevel, not BPE".into()),
+            ModelWrapper::Unigram(_) => return Err("the model is Unigram, not BPE".into()),
+        };
+        if model.dropout.is_some_and(|d| d > 0.0) {
+            return Err("BPE dropout is on".into());
+        }
+        if model.continuing_subword_prefix.is_some() || model.end_of_word_suffix.is_some() {
+            return Err("BPE has a continuing-subword prefix or end-of-word suffix".into());
+        }
+
+        let t0 = std::time::Instant::now();
+        let file: FileJson =
+            serde_json::from_slice(json).map_err(|e| format!("tokenizer.json: {e}"))?;
+        let pattern = byte_level_split_pattern(file.pre_tokenizer.as_ref())?;
+        let pretokenizer = if force_regex {
+            PreTokenizer::regex(&pattern)?
+        } else {
+            PreTokenizer::new(&pattern)?
+        };
+        eprintln!("json+pretok {:?}", t0.elapsed());
+        let merges = merge_pairs(file.model.merges.unwrap_or_default())?;
+        let bpe = Bpe::new(
+            &model.get_vocab(),
+            &merges,
+            model.ignore_merges,
+            super::vocab::byte_level_inverse(),
+        )?;
+
+        eprintln!("bpe {:?}", t0.elapsed());
+        let mut tokens: Vec<(u32, tokenizers::AddedToken)> =
+            hf.get_added_tokens_decoder().into_iter().collect();
+        tokens.sort_by_key(|(id, _)| *id);
+        let added = AddedTokens::new(&tokens, hf.get_encode_special_tokens(), |s| {
+            normalize(nfc, s).into_owned()
+        })?;
+
+        static INSTANCES: AtomicU64 = AtomicU64::new(1);
+        Ok(FastEncoder {
+            added,
+            nfc,
+            pretokenizer,
+            bpe,
+            instance: INSTANCES.fetch_add(1, Ordering::Relaxed),
+        })
+    }
+
+    /// Whether the hand-written scanner pre-tokenizes (rather than the regex engine).
+    pub fn uses_scanner(&self) -> bool {
+        self.pretokenizer.is_scanner()
+    }
+
+    /// Appends the ids of `text` to `out`.
+    pub fn encode_into(&self, text: &str, out: &mut Vec<u32>) {
+        CACHE.with(|cell| match cell.try_borrow_mut() {
+            Ok(mut cache) => self.encode_with(text, &mut cache, out),
+            // Only reachable by re-entrance, which `encode` never does; stay correct anyway.
+            Err(_) => self.encode_with(text, &mut PieceCache::default(), out),
+        })
+    }
+
+    fn encode_with(&self, text: &str, cache: &mut PieceCache, out: &mut Vec<u32>) {
+        if cache.owner != self.instance {
+            cache.reset(self.instance);
+        }
+        self.added.split_raw(text, |piece| match piece {
+            Piece::Token(id) => out.push(id),
+            Piece::Text(raw) => {
+                // Normalized per piece, after the added-token split, as `tokenizers` does: NFC
+                // over the whole text could fuse a token's last character with what follows.
+                let normalized = normalize(self.nfc, raw);
+                self.added
+                    .split_normalized(&normalized, |piece| match piece {
+                        Piece::Token(id) => out.push(id),
+                        Piece::Text(text) => self.pretokenizer.for_each_piece(text, |p| {
+                            self.bpe.encode_piece(p.as_bytes(), cache, out)
+                        }),
+                    });
+            }
+        });
+    }
+
+    /// The bytes of model token `id` (empty for added tokens and unreachable ids).
+    pub fn token_bytes(&self, id: u32) -> &[u8] {
+        self.bpe.token(id)
+    }
+}
+
+impl Encoder for FastEncoder {
+    fn encode(&self, text: &str) -> Result<Vec<u32>, String> {
+        // About one token per four bytes of typical text; avoids most regrowth.
+        let mut out = Vec::with_capacity(text.len() / 3 + 4);
+        self.encode_into(text, &mut out);
+        Ok(out)
+    }
+}
+
+/// Compares `fast` with `reference` on [`probe_texts`]; `Ok(n)` is the number of texts checked,
+/// `Err` describes the first difference.
+pub fn self_check(
+    fast: &dyn Encoder,
+    reference: &dyn Encoder,
+    added_tokens: &[String],
+) -> Result<usize, String> {
+    let texts = probe_texts(added_tokens);
+    for text in &texts {
+        let want = reference.encode(text)?;
+        let got = fast.encode(text)?;
+        if got != want {
+            let at = got.iter().zip(&want).take_while(|(a, b)| a == b).count();
+            let shown: String = text.chars().take(80).collect();
+            return Err(format!(
+                "ids differ from the `tokenizers` crate on probe text {shown:?} at token {at} \
+                 (fast {:?}, tokenizers {:?})",
+                got.get(at),
+                want.get(at)
+            ));
+        }
+    }
+    Ok(texts.len())
+}
+
+/// NFC as `tokenizers` computes it (Unicode 9 tables of `unicode-normalization-alignments`),
+/// skipping text that is already NFC by a quick check.
+fn normalize(nfc: bool, text: &str) -> Cow<'_, str> {
+    use unicode_normalization_alignments::{is_nfc_quick, IsNormalized, UnicodeNormalization};
+    // Below U+0300 every character is NFC and has combining class 0; in UTF-8 those are exactly
+    // the texts without a byte ≥ 0xCC. This covers ASCII and most Latin text in one vector scan.
+    if !nfc || !text.bytes().any(|b| b >= 0xcc) || is_nfc_quick(text.chars()) == IsNormalized::Yes {
+        return Cow::Borrowed(text);
+    }
+    Cow::Owned(text.nfc().map(|(c, _)| c).collect())
+}
+
+/// The `Split` regex of a `Sequence[Split(Regex, Isolated), ByteLevel(no prefix space, no
+/// regex)]` pre-tokenizer, the only shape accepted.
+fn byte_level_split_pattern(pre: Option<&serde_json::Value>) -> Result<String, String> {
+    let unsupported = |why: &str| Err(format!("pre-tokenizer not supported: {why}"));
+    let Some(pre) = pre else {
+        return unsupported("none");
+    };
+    let kind = |v: &serde_json::Value| {
+        v.get("type")
+            .and_then(|t| t.as_str())
+            .unwrap_or("?")
+            .to_owned()
+    };
+    let steps = match (
+        kind(pre).as_str(),
+        pre.get("pretokenizers").and_then(|p| p.as_array()),
+    ) {
+        ("Sequence", Some(steps)) => steps,
+        (other, _) => {
+            return unsupported(&format!("{other} (expected Sequence[Split, ByteLevel])"))
+        }
+    };
+    let [split, byte_level] = steps.as_slice() else {
+        return unsupported("expected exactly Sequence[Split, ByteLevel]");
+    };
+    let flag = |v: &serde_json::Value, key: &str| v.get(key).and_then(|b| b.as_bool());
+    if kind(split) != "Split" || kind(byte_level) != "ByteLevel" {
+        return unsupported(&format!(
+            "Sequence[{}, {}] (expected Sequence[Split, ByteLevel])",
+            kind(split),
+            kind(byte_level)
+        ));
+    }
+    if split.get("behavior").and_then(|b| b.as_str()) != Some("Isolated")
+        || flag(split, "invert").unwrap_or(false)
+    {
+        return unsupported("Split must be Isolated and not inverted");
+    }
+    // ByteLevel defaults to add_prefix_space and use_regex true, so both must be explicit.
+    if flag(byte_level, "add_prefix_space") != Some(false)
+        || flag(byte_level, "use_regex") != Some(false)
+    {
+        return unsupported("ByteLevel must have add_prefix_space and use_regex false");
+    }
+    match split.pointer("/pattern/Regex").and_then(|p| p.as_str()) {
+        Some(pattern) => Ok(pattern.to_owned()),
+        None => unsupported("the Split pattern is not a regex"),
+    }
+}
+
+fn variant_name(value: &impl serde::Serialize) -> String {
+    serde_json::to_value(value)
+        .ok()
+        .and_then(|v| v.get("type").and_then(|t| t.as_str()).map(str::to_owned))
+        .unwrap_or_else(|| "?".into())
+}
+
+#[derive(Deserialize)]
+struct FileJson {
+    pre_tokenizer: Option<serde_json::Value>,
+    model: ModelJson,
+}
+
+#[derive(Deserialize)]
+struct ModelJson {
+    merges: Option<Vec<MergeJson>>,
+}
+
+/// A merge as `["a", "b"]` or, in older files, `"a b"`.
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum MergeJson {
+    Pair(String, String),
+    Joined(String),
+}
+
+/// The merges as `tokenizers` reads them: `#version` lines skipped, joined merges split on one
+/// space.
+fn merge_pairs(merges: Vec<MergeJson>) -> Result<Vec<(String, String)>, String> {
+    let mut pairs = Vec::with_capacity(merges.len());
+    for merge in merges {
+        match merge {
+            MergeJson::Pair(a, b) => pairs.push((a, b)),
+            MergeJson::Joined(line) if line.starts_with("#version") => {}
+            MergeJson::Joined(line) => match line.split(' ').collect::<Vec<_>>().as_slice() {
+                [a, b] => pairs.push(((*a).to_owned(), (*b).to_owned())),
+                _ => return Err(format!("merge `{line}` is not two tokens")),
+            },
+        }
+    }
+    Ok(pairs)
+}

@@ -1,0 +1,153 @@
+#!/usr/bin/env python3
+"""Side-by-side benchmark: chatshards vs the Python pipeline users run today, same input, one run.
+
+Usage: bench.py [--rows N] [--threads T] [--skip-python] [--workdir DIR]
+
+1. generates N deterministic synthetic conversations (gen_synthetic.py, OpenAI messages + tools);
+2. builds them with `chatshards build` (an `openai` source, render policy `all`, no length
+   filters, so both pipelines do the same work);
+3. runs py_reference.py (HF datasets.map + transformers.apply_chat_template + fast tokenizer with
+   offsets, num_proc=T) on the same file and tokenizer;
+4. renders the same conversations with `chatshards render` and times raw encoding of those
+   texts alone (examples/encode_bench.rs, same threads), giving the pipeline's overhead over
+   pure tokenization;
+and prints rows/s, tokens/s, peak RSS (whole process tree, sampled) and the ratios.
+"""
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+TOKENIZER = ROOT / "templates/qwen3.6/tokenizer.json.zst"
+TEMPLATE = ROOT / "templates/qwen3.6/chat_template.jinja"
+
+
+def tree_rss_kib(pid):
+    """Sum of VmRSS over a process and all its descendants."""
+    children = {}
+    for p in Path("/proc").iterdir():
+        if not p.name.isdigit():
+            continue
+        try:
+            stat = (p / "stat").read_text()
+            ppid = int(stat.rsplit(")", 1)[1].split()[1])
+            children.setdefault(ppid, []).append(int(p.name))
+        except (OSError, ValueError, IndexError):
+            pass
+    total, stack = 0, [pid]
+    while stack:
+        q = stack.pop()
+        try:
+            for line in Path(f"/proc/{q}/status").read_text().splitlines():
+                if line.startswith("VmRSS:"):
+                    total += int(line.split()[1])
+        except OSError:
+            pass
+        stack.extend(children.get(q, []))
+    return total
+
+
+def run(cmd, **kw):
+    """Runs cmd, returning (seconds, peak RSS MiB of its process tree, stdout)."""
+    start = time.perf_counter()
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw)
+    peak = [0]
+    done = threading.Event()
+
+    def sample():
+        while not done.is_set():
+            peak[0] = max(peak[0], tree_rss_kib(proc.pid))
+            time.sleep(0.1)
+
+    t = threading.Thread(target=sample, daemon=True)
+    t.start()
+    out, err = proc.communicate()
+    done.set()
+    t.join()
+    secs = time.perf_counter() - start
+    if proc.returncode != 0:
+        sys.exit(f"bench: `{' '.join(map(str, cmd))}` failed:\n{err[-3000:]}")
+    return secs, peak[0] / 1024, out + err
+
+
+def cargo_bin(args):
+    target = os.environ.get("CARGO_TARGET_DIR", str(ROOT / "target"))
+    subprocess.run(["cargo", "build", "--quiet", "--release", *args], cwd=ROOT, check=True)
+    return Path(target) / "release"
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--rows", type=int, default=2000)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--skip-python", action="store_true")
+    ap.add_argument("--workdir", default=None)
+    ap.add_argument("--python", default=sys.executable, help="interpreter with transformers + datasets")
+    args = ap.parse_args()
+
+    work = Path(args.workdir or tempfile.mkdtemp(prefix="chatshards-bench-"))
+    work.mkdir(parents=True, exist_ok=True)
+    data = work / f"synthetic-{args.rows}.jsonl"
+    if not data.exists():
+        subprocess.run([args.python, ROOT / "tests/bench/gen_synthetic.py", str(args.rows), data], check=True)
+
+    release = cargo_bin(["--bin", "chatshards", "--example", "encode_bench"])
+    chatshards = release / "chatshards"
+
+    pipeline = work / "bench.yaml"
+    pipeline.write_text(
+        f"name: bench\nseed: 1\ntokenizer:\n  path: {TOKENIZER}\ntemplate:\n  path: {TEMPLATE}\n"
+        f"render:\n  policy: all\nmax_tokens: 100000000\nmin_supervised_tokens: 0\ndedup: false\n"
+        f"sources:\n  - name: synthetic\n    files: [{data}]\n    format: openai\n"
+        f"output:\n  dir: {work / 'out-chatshards'}\n"
+    )
+    env = dict(os.environ, CHATSHARDS_NO_PROGRESS="1")
+    secs, rss, _ = run([chatshards, "build", "--threads", str(args.threads), pipeline], env=env)
+    manifest = json.loads((work / "out-chatshards/manifest.json").read_text())
+    rows, tokens = manifest["rows"], manifest["tokens"]
+    results = {"chatshards": (secs, rss, rows, tokens)}
+
+    # Raw encode of exactly the rendered texts, same tokenizer and threads.
+    texts = work / "texts.jsonl"
+    with open(data, "rb") as src, open(texts, "wb") as dst:
+        subprocess.run([chatshards, "render", "--template", TEMPLATE, "--tokenizer", TOKENIZER],
+                       stdin=src, stdout=dst, check=True)
+    _, _, out = run([release / "examples/encode_bench", texts, "--threads", str(args.threads)])
+    encode = {m.group(1): float(m.group(2)) for m in re.finditer(r"^(\w+)\s.*?([\d.]+) M tokens/s", out, re.M)}
+
+    if not args.skip_python:
+        tokenizer_json = work / "tokenizer.json"
+        if not tokenizer_json.exists():
+            import zstandard
+            tokenizer_json.write_bytes(zstandard.ZstdDecompressor().decompress(TOKENIZER.read_bytes(), max_output_size=1 << 30))
+        py_out = work / "out-python"
+        secs, rss, out = run([args.python, ROOT / "tests/bench/py_reference.py", data, py_out,
+                              work / "tokenizer.json", TEMPLATE, str(args.threads)],
+                             env=dict(os.environ, TOKENIZERS_PARALLELISM="false"))
+        m = re.search(r"rows (\d+) tokens (\d+)", out)
+        results["python"] = (secs, rss, int(m.group(1)), int(m.group(2))) if m else (secs, rss, 0, 0)
+
+    print(f"\n{args.rows} synthetic rows, {args.threads} threads")
+    print(f"{'pipeline':<12} {'seconds':>8} {'rows/s':>9} {'M tok/s':>8} {'peak RSS MiB':>13}")
+    for name, (secs, rss, rows, tokens) in results.items():
+        print(f"{name:<12} {secs:>8.1f} {rows / secs:>9.0f} {tokens / secs / 1e6:>8.2f} {rss:>13.0f}")
+    if "python" in results:
+        cs, py = results["chatshards"], results["python"]
+        if py[3] != cs[3]:
+            print(f"note: token totals differ: chatshards {cs[3]}, python {py[3]}")
+        print(f"chatshards / python: {py[0] / cs[0]:.2f}x rows/s")
+    for name, mtoks in encode.items():
+        pipeline_mtoks = results["chatshards"][3] / results["chatshards"][0] / 1e6
+        print(f"raw encode ({name}): {mtoks:.2f} M tok/s; pipeline overhead vs it: {mtoks / pipeline_mtoks - 1:+.1%}")
+    print(f"work dir: {work}")
+
+
+if __name__ == "__main__":
+    main()
