@@ -3,11 +3,12 @@
 //!
 //! ```text
 //! cargo run --release --example encode_bench -- [FILE.jsonl] [--threads N] [--repeat R]
-//!     [--tokenizer PATH] [--regex]
+//!     [--tokenizer PATH] [--regex] [--fast-only]
 //! ```
 //! `FILE.jsonl` has one JSON object per line with a `text` field; without it, the texts are the
 //! renders in `tests/golden/render/*.jsonl`, repeated to about 20 MB. `--regex` also measures the
-//! fast encoder with the regex pre-tokenizer instead of the hand-written scanner.
+//! fast encoder with the regex pre-tokenizer instead of the hand-written scanner. `--fast-only`
+//! (for profiling) skips the `tokenizers` run and with it the id comparison.
 
 use anyhow::{bail, Context, Result};
 use chatshards::tokenize::fast::FastEncoder;
@@ -34,6 +35,7 @@ struct Args {
     repeat: usize,
     tokenizer: PathBuf,
     regex: bool,
+    fast_only: bool,
 }
 
 fn parse_args() -> Result<Args> {
@@ -44,6 +46,7 @@ fn parse_args() -> Result<Args> {
         repeat: 3,
         tokenizer: root.join("templates/qwen3.6/tokenizer.json.zst"),
         regex: false,
+        fast_only: false,
     };
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
@@ -53,6 +56,7 @@ fn parse_args() -> Result<Args> {
             "--repeat" => args.repeat = value("--repeat")?.parse()?,
             "--tokenizer" => args.tokenizer = value("--tokenizer")?.into(),
             "--regex" => args.regex = true,
+            "--fast-only" => args.fast_only = true,
             s if s.starts_with("--") => bail!("unknown option {s}"),
             s => args.file = Some(s.into()),
         }
@@ -145,7 +149,12 @@ fn main() -> Result<()> {
         fast.uses_scanner()
     );
 
-    let (want, hf_secs) = measure(&pool, &reference, &texts, args.repeat)?;
+    let (want, hf_secs) = if args.fast_only {
+        let (ids, _) = measure(&pool, &fast, &texts, 1)?;
+        (ids, f64::NAN)
+    } else {
+        measure(&pool, &reference, &texts, args.repeat)?
+    };
     let tokens: usize = want.iter().map(Vec::len).sum();
     let report = |name: &str, secs: f64| {
         println!(
@@ -156,7 +165,9 @@ fn main() -> Result<()> {
             hf_secs / secs
         );
     };
-    report("tokenizers encode_fast", hf_secs);
+    if !args.fast_only {
+        report("tokenizers encode_fast", hf_secs);
+    }
 
     let mut candidates: Vec<(&str, FastEncoder)> = vec![("fast", fast)];
     if args.regex {
@@ -166,6 +177,9 @@ fn main() -> Result<()> {
     for (name, encoder) in &candidates {
         let (got, secs) = measure(&pool, encoder, &texts, args.repeat)?;
         report(name, secs);
+        if args.fast_only {
+            continue;
+        }
         let mismatches: Vec<usize> = (0..texts.len()).filter(|&i| got[i] != want[i]).collect();
         if let Some(&first) = mismatches.first() {
             bail!(

@@ -228,3 +228,79 @@ impl Repair {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::Value;
+
+    fn serde_name<T: Serialize>(value: T) -> String {
+        match serde_json::to_value(value) {
+            Ok(Value::String(s)) => s,
+            other => panic!("not a string: {other:?}"),
+        }
+    }
+
+    /// `code()` is written to reject files, the serde name to manifests: they must agree.
+    #[test]
+    fn codes_are_the_serde_names() {
+        use RejectReason as R;
+        for r in [
+            R::InvalidJson,
+            R::MissingField,
+            R::InvalidField,
+            R::UnknownRole,
+            R::EmptyConversation,
+            R::NoUserQuery,
+            R::SystemNotFirst,
+            R::NoAssistantTurn,
+            R::InvalidToolArguments,
+            R::MultimodalContent,
+            R::SpecialTokenInContent,
+            R::Template,
+            R::Tokenize,
+            R::MaskCheck,
+            R::EmptyResponse,
+            R::AnswerInInput,
+            R::EmptyPrompt,
+            R::InvalidTools,
+            R::InvalidToolCall,
+            R::UndeclaredTool,
+            R::OrphanToolResponse,
+            R::StrayRoleMarker,
+        ] {
+            assert_eq!(serde_name(r), r.code());
+        }
+        use FilterReason as F;
+        for f in [F::TooLong, F::TooFewSupervised, F::TakeLimit, F::Unresolved] {
+            assert_eq!(serde_name(f), f.code());
+        }
+        use Repair as P;
+        for p in [
+            P::ToolArgumentsParsed,
+            P::JsonStringParsed,
+            P::ContentPartsJoined,
+            P::SystemMerged,
+            P::TrailingTurnsDropped,
+            P::ToolsWrapped,
+            P::ToolCallIdsSynthesized,
+            P::DuplicateToolDropped,
+            P::ArgumentsKeyRenamed,
+            P::QuotedArgumentsUnescaped,
+            P::LegacyCallSyntaxParsed,
+            P::ConsecutiveTurnsMerged,
+            P::DuplicateTurnDropped,
+            P::EmptyTurnsDropped,
+            P::StrayMarkerRemoved,
+            P::PythonLiteralParsed,
+            P::LiteralNewlinesReplaced,
+            P::CallNameUnnested,
+            P::TextToolCallParsed,
+            P::ObservationsAsTool,
+            P::SubagentMessagesDropped,
+            P::ToolSchemaNullsDropped,
+        ] {
+            assert_eq!(serde_name(p), p.code());
+        }
+    }
+}

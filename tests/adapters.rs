@@ -902,7 +902,7 @@ fn normalize_prints_sharegpt_and_rejects() {
         [
             (10, "invalid_tool_arguments"),
             (12, "undeclared_tool"),
-            (14 + 1, "invalid_tool_call"),
+            (15, "invalid_tool_call"),
             (18, "stray_role_marker"),
             (19, "orphan_tool_response")
         ]

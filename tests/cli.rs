@@ -108,7 +108,7 @@ fn demo_build_is_byte_identical_at_1_and_2_threads_and_accounts_for_every_row() 
     }
     assert_eq!(s["tools"]["deduplicated"], 5);
     assert_eq!(s["alpaca"]["kept"], 50);
-    assert_eq!(s["alpaca"]["rejected"]["missing_field"], 1);
+    assert_eq!(s["alpaca"]["rejected"]["empty_response"], 1);
     for (name, st) in s.as_object().expect("sources") {
         let sum = |k: &str| {
             st[k].as_object().map_or(0, |o| {

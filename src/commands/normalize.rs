@@ -13,14 +13,14 @@ use crate::plan::config::{ColumnsConfig, FormatName, TagsConfig};
 use crate::plan::FormatOptions;
 use crate::printer::Printer;
 use crate::read::read_files;
-use crate::reject::Skip;
+use crate::reject::{Reject, RejectReason, Skip};
 use crate::tokenize::Tokenizer;
 use crate::validate::Validator;
 use anyhow::{anyhow, Context, Result};
 use serde_json::{json, Value};
 use std::fs::File;
 use std::io::{BufWriter, Write};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 pub struct NormalizeArgs {
     pub format: String,
@@ -64,12 +64,7 @@ pub fn run(args: &NormalizeArgs, printer: &Printer) -> Result<()> {
         read += 1;
         let result = raw
             .value
-            .map_err(|e| {
-                Skip::from(crate::reject::Reject::new(
-                    crate::reject::RejectReason::InvalidJson,
-                    e,
-                ))
-            })
+            .map_err(|e| Skip::from(Reject::new(RejectReason::InvalidJson, e)))
             .and_then(|value| {
                 let mut repairs = Repairs::new();
                 let conversation = adapter.prepare(&value, &mut repairs)?;
@@ -115,31 +110,14 @@ pub fn run(args: &NormalizeArgs, printer: &Printer) -> Result<()> {
     side.flush().context("failed to write rejects")?;
     drop(side);
     printer.info(&format!(
-        "normalize: {} rows read from `{}`: {kept} kept, {rejected} rejected, {filtered} filtered",
-        read,
-        display(&args.file)
+        "normalize: {read} rows read from `{}`: {kept} kept, {rejected} rejected, {filtered} filtered",
+        args.file.display()
     ));
     Ok(())
 }
 
-fn line(w: &mut dyn Write, value: &Value) -> std::io::Result<()> {
+fn line(mut w: &mut dyn Write, value: &Value) -> std::io::Result<()> {
     let mut s = value.to_string();
     s.push('\n');
-    Printer::data(&mut MutWrite(w), &s)
-}
-
-/// `Printer::data` takes `impl Write`; this forwards to a `dyn Write`.
-struct MutWrite<'a>(&'a mut dyn Write);
-
-impl Write for MutWrite<'_> {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.write(buf)
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        self.0.flush()
-    }
-}
-
-fn display(path: &Path) -> String {
-    path.display().to_string()
+    Printer::data(&mut w, &s)
 }

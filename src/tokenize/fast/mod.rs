@@ -91,7 +91,6 @@ impl FastEncoder {
             return Err("BPE has a continuing-subword prefix or end-of-word suffix".into());
         }
 
-        let t0 = std::time::Instant::now();
         let file: FileJson =
             serde_json::from_slice(json).map_err(|e| format!("tokenizer.json: {e}"))?;
         let pattern = byte_level_split_pattern(file.pre_tokenizer.as_ref())?;
@@ -100,7 +99,6 @@ impl FastEncoder {
         } else {
             PreTokenizer::new(&pattern)?
         };
-        eprintln!("json+pretok {:?}", t0.elapsed());
         let merges = merge_pairs(file.model.merges.unwrap_or_default())?;
         let bpe = Bpe::new(
             &model.get_vocab(),
@@ -109,7 +107,6 @@ impl FastEncoder {
             super::vocab::byte_level_inverse(),
         )?;
 
-        eprintln!("bpe {:?}", t0.elapsed());
         let mut tokens: Vec<(u32, tokenizers::AddedToken)> =
             hf.get_added_tokens_decoder().into_iter().collect();
         tokens.sort_by_key(|(id, _)| *id);
