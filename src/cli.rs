@@ -27,6 +27,10 @@ pub enum Command {
         /// Worker threads (default: all cores). The output is identical for any value.
         #[arg(long)]
         threads: Option<usize>,
+        /// Use exactly the Hub commits and files pinned in `PIPELINE.lock`, never the network;
+        /// fail if the lockfile is missing or stale.
+        #[arg(long)]
+        locked: bool,
     },
     /// Render and tokenize conversations read as JSON lines on stdin
     /// (`{"messages": [...], "tools": [...]}`); one JSON line out per line in.

@@ -33,9 +33,18 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Printer::Default
     };
     match cli.command {
-        Command::Build { pipeline, threads } => {
-            commands::build::run(&commands::build::BuildArgs { pipeline, threads }, &printer)
-        }
+        Command::Build {
+            pipeline,
+            threads,
+            locked,
+        } => commands::build::run(
+            &commands::build::BuildArgs {
+                pipeline,
+                threads,
+                locked,
+            },
+            &printer,
+        ),
         Command::Render {
             template,
             tokenizer,

@@ -1433,3 +1433,98 @@ fn cli_lock_fetch_and_offline_fetch() {
         )
     );
 }
+
+/// `lock` then `build --locked` reads tokenizer, template and source rows from the Hub cache
+/// with the endpoint unreachable; the manifest names the pinned commits; without the cached
+/// files, `--locked` fails and says to fetch.
+#[test]
+fn build_locked_reads_hub_inputs_from_the_cache_without_network() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let read = |p: &str| std::fs::read(root.join(p)).expect("repo asset");
+    let rows: Vec<u8> = std::fs::read_to_string(root.join("tests/fixtures/demo/chat.jsonl"))
+        .expect("demo rows")
+        .lines()
+        .take(10)
+        .flat_map(|l| format!("{l}\n").into_bytes())
+        .collect();
+    let model = FakeRepo::model("acme/qwen").commit(
+        "main",
+        &"c".repeat(40),
+        vec![
+            FakeFile::new(
+                "tokenizer.json.zst",
+                read("templates/qwen3.6/tokenizer.json.zst"),
+                true,
+            ),
+            FakeFile::new(
+                "chat_template.jinja",
+                read("templates/qwen3.6/chat_template.jinja"),
+                false,
+            ),
+        ],
+    );
+    let data = FakeRepo::dataset("acme/rows").commit(
+        "main",
+        &"d".repeat(40),
+        vec![FakeFile::new("train/part-0.jsonl", rows, true)],
+    );
+    let hub = FakeHub::start(vec![model, data], 100);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cache = dir.path().join("cache");
+    let pipeline = dir.path().join("p.yaml");
+    std::fs::write(
+        &pipeline,
+        "name: hub\ntokenizer:\n  hub: {repo: acme/qwen, files: [tokenizer.json.zst]}\n\
+         template:\n  hub: {repo: acme/qwen, files: [chat_template.jinja]}\n\
+         min_supervised_tokens: 8\n\
+         sources:\n  - name: rows\n    hub: {repo: acme/rows, files: [\"train/*.jsonl\"]}\n    format: openai\n\
+         output:\n  dir: out\n",
+    )
+    .expect("pipeline");
+    let p = pipeline.display().to_string();
+    let env = |endpoint: String| {
+        vec![
+            ("HF_ENDPOINT", endpoint),
+            ("HF_HUB_CACHE", cache.display().to_string()),
+            ("HF_HOME", dir.path().join("home").display().to_string()),
+        ]
+    };
+    let locked = chatshards(&["lock", &p], &env(hub.url()));
+    assert!(locked.status.success(), "{}", stderr(&locked));
+    let fetched = chatshards(&["fetch", &p], &env(hub.url()));
+    assert!(fetched.status.success(), "{}", stderr(&fetched));
+
+    let built = chatshards(&["build", "--locked", &p], &env(dead_endpoint()));
+    assert!(built.status.success(), "{}", stderr(&built));
+    let manifest: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(dir.path().join("out/manifest.json")).expect("manifest"),
+    )
+    .expect("json");
+    let commits: Vec<&str> = manifest["inputs"]["hub"]
+        .as_array()
+        .expect("hub inputs")
+        .iter()
+        .map(|f| f["commit"].as_str().unwrap_or(""))
+        .collect();
+    assert_eq!(
+        commits,
+        vec!["c".repeat(40), "c".repeat(40), "d".repeat(40)]
+    );
+    assert_eq!(
+        manifest["inputs"]["files"][0]["path"],
+        format!(
+            "hf://datasets/acme/rows@{}/train/part-0.jsonl",
+            "d".repeat(40)
+        )
+    );
+    assert_eq!(manifest["sources"]["rows"]["read"], 10);
+
+    std::fs::remove_dir_all(&cache).expect("clear cache");
+    let failed = chatshards(&["build", "--locked", &p], &env(dead_endpoint()));
+    assert!(!failed.status.success());
+    assert!(
+        stderr(&failed).contains("chatshards fetch"),
+        "{}",
+        stderr(&failed)
+    );
+}

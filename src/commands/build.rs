@@ -1,14 +1,14 @@
 //! `chatshards build PIPELINE.yaml`
 
 use crate::pipeline::{self, RowProcessor, Sinks};
-use crate::plan::{self, sha256_hex, Plan};
+use crate::plan::{self, sha256_hex, HubAccess, Plan};
 use crate::printer::Printer;
 use crate::progress::BuildProgress;
 use crate::render::Renderer;
 use crate::report::{summary_table, SourceStats};
 use crate::tokenize::Tokenizer;
 use crate::validate::Validator;
-use crate::write::manifest::{InputFile, Inputs, Manifest, Settings, Tool};
+use crate::write::manifest::{HubInput, InputFile, Inputs, Manifest, Settings, Tool};
 use crate::write::{self, read_bucket, shard_name, ShardWriter, Spill};
 use anyhow::{bail, Context, Result};
 use std::fs;
@@ -20,11 +20,20 @@ use std::time::Instant;
 pub struct BuildArgs {
     pub pipeline: PathBuf,
     pub threads: Option<usize>,
+    pub locked: bool,
 }
 
 pub fn run(args: &BuildArgs, printer: &Printer) -> Result<()> {
     let started = Instant::now();
-    let plan = plan::compile(&args.pipeline)?;
+    let access = if args.locked {
+        HubAccess::Locked
+    } else {
+        HubAccess::Auto
+    };
+    let plan = plan::compile(&args.pipeline, access)?;
+    for note in &plan.notes {
+        printer.info(&format!("note: {note}"));
+    }
     let processor = processor(&plan)?;
     let out = &plan.output_dir;
     check_output_dir(out)?;
@@ -231,6 +240,19 @@ fn manifest(
         tool: Tool::current(),
         name: plan.name.clone(),
         inputs: Inputs {
+            hub: plan
+                .hub_files
+                .iter()
+                .map(|f| HubInput {
+                    repo: f.repo.clone(),
+                    kind: f.kind.to_string(),
+                    revision: f.revision.clone(),
+                    commit: f.commit.clone(),
+                    path: f.path.clone(),
+                    bytes: f.size,
+                    sha256: f.sha256.clone(),
+                })
+                .collect(),
             pipeline_sha256: plan.pipeline_sha256.clone(),
             template_sha256: plan.template.sha256.clone(),
             tokenizer_sha256: plan.tokenizer_sha256.clone(),

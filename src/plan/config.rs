@@ -1,6 +1,7 @@
 //! The pipeline YAML, exactly as written. [`super::compile`] turns it into a [`super::Plan`];
 //! no later stage sees these types.
 
+use crate::hub::HubEntry;
 use serde::de::{self, Deserializer, Visitor};
 use serde::Deserialize;
 use std::collections::BTreeMap;
@@ -42,14 +43,22 @@ pub struct PipelineConfig {
 #[serde(deny_unknown_fields)]
 pub struct TokenizerConfig {
     /// Path to `tokenizer.json` (or `tokenizer.json.zst`), relative to the pipeline file.
-    pub path: PathBuf,
+    #[serde(default)]
+    pub path: Option<PathBuf>,
+    /// Or a file of a Hub repo: `{repo: Qwen/Qwen3.6-27B, revision: main, files: [tokenizer.json]}`.
+    #[serde(default)]
+    pub hub: Option<HubEntry>,
 }
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct TemplateConfig {
     /// Path to the Jinja chat template, relative to the pipeline file.
-    pub path: PathBuf,
+    #[serde(default)]
+    pub path: Option<PathBuf>,
+    /// Or a file of a Hub repo: `{repo: Qwen/Qwen3.6-27B, files: [chat_template.jinja]}`.
+    #[serde(default)]
+    pub hub: Option<HubEntry>,
     /// Expected SHA-256 of the template file; the build stops if it differs.
     #[serde(default)]
     pub sha256: Option<String>,
@@ -96,7 +105,12 @@ pub struct SourceConfig {
     /// Unique name, used in `sample_id`, the `source` column and the manifest.
     pub name: String,
     /// Input files (`.jsonl`, `.json`, `.parquet`), relative to the pipeline file.
+    #[serde(default)]
     pub files: Vec<PathBuf>,
+    /// Or files of a Hub dataset: `{repo: Open-Orca/OpenOrca, revision: main, files: ["*.parquet"]}`
+    /// (exact paths or globs; matched files are read in path order).
+    #[serde(default)]
+    pub hub: Option<HubEntry>,
     /// The row format: a generic one (`openai`, `sharegpt`, `alpaca`, which take `columns`
     /// and `tags`) or a source-specific one that reads its source's exact columns
     /// (`openorca`, `codealpaca`, `evol_codealpaca`, `magicoder_oss`, `magicoder_evol`,

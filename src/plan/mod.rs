@@ -3,6 +3,9 @@
 //! reported with the file, and line and column where the YAML parser knows them.
 
 pub mod config;
+mod inputs;
+
+pub use inputs::{HubAccess, InputFile};
 
 use crate::adapt::{
     Adapter, AgenticAdapter, AlpacaAdapter, GlaiveAdapter, HermesAdapter, OpenAiAdapter,
@@ -34,6 +37,10 @@ pub struct Plan {
     pub output_dir: PathBuf,
     pub rows_per_shard: usize,
     pub shuffle: bool,
+    /// Every Hub file the plan reads, pinned to its commit (for the manifest).
+    pub hub_files: Vec<crate::hub::ResolvedFile>,
+    /// Things the user should know (e.g. a stale lockfile that was not used).
+    pub notes: Vec<String>,
 }
 
 #[derive(Debug)]
@@ -60,8 +67,17 @@ pub enum PlanError {
     Read(PathBuf, #[source] std::io::Error),
     #[error("{}", format_yaml_error(.0, .1))]
     Yaml(PathBuf, serde_yaml_ng::Error),
+    #[error("{}", hub_message(.0))]
+    Hub(#[from] crate::hub::HubError),
     #[error("invalid pipeline `{}`:\n{}", .0.display(), .1.iter().map(|e| format!("  - {e}")).collect::<Vec<_>>().join("\n"))]
     Invalid(PathBuf, Vec<String>),
+}
+
+fn hub_message(e: &crate::hub::HubError) -> String {
+    match e.hint() {
+        Some(hint) => format!("{e}\n\nhint: {hint}"),
+        None => e.to_string(),
+    }
 }
 
 fn format_yaml_error(path: &Path, e: &serde_yaml_ng::Error) -> String {
@@ -88,14 +104,16 @@ pub fn parse(path: &Path) -> Result<(PipelineConfig, Vec<u8>), PlanError> {
 }
 
 /// Parses and checks a pipeline file, gathering every problem before failing.
-pub fn compile(path: &Path) -> Result<Plan, PlanError> {
+pub fn compile(path: &Path, access: HubAccess) -> Result<Plan, PlanError> {
     let (config, bytes) = parse(path)?;
     let base = path.parent().unwrap_or(Path::new("."));
     let mut errors = Vec::new();
+    let inputs = inputs::resolve(path, &config, access, &mut errors)?;
 
-    let template_path = base.join(&config.template.path);
-    let template = match std::fs::read(&template_path) {
-        Ok(t) => {
+    let template_path = inputs.template.clone().unwrap_or_default();
+    let template = match inputs.template.as_ref().map(std::fs::read) {
+        None => None,
+        Some(Ok(t)) => {
             let sha256 = sha256_hex(&t);
             if let Some(expected) = &config.template.sha256 {
                 if !expected.eq_ignore_ascii_case(&sha256) {
@@ -121,16 +139,17 @@ pub fn compile(path: &Path) -> Result<Plan, PlanError> {
                 }
             }
         }
-        Err(e) => {
+        Some(Err(e)) => {
             errors.push(format!("template `{}`: {e}", template_path.display()));
             None
         }
     };
 
-    let tokenizer_path = base.join(&config.tokenizer.path);
-    let tokenizer_sha256 = match std::fs::read(&tokenizer_path) {
-        Ok(t) => sha256_hex(&t),
-        Err(e) => {
+    let tokenizer_path = inputs.tokenizer.clone().unwrap_or_default();
+    let tokenizer_sha256 = match inputs.tokenizer.as_ref().map(std::fs::read) {
+        None => String::new(),
+        Some(Ok(t)) => sha256_hex(&t),
+        Some(Err(e)) => {
             errors.push(format!("tokenizer `{}`: {e}", tokenizer_path.display()));
             String::new()
         }
@@ -159,7 +178,7 @@ pub fn compile(path: &Path) -> Result<Plan, PlanError> {
                 source.name
             ));
         }
-        match compile_source(base, source) {
+        match compile_source(&inputs.sources[i], source) {
             Ok(s) => sources.push(s),
             Err(e) => errors.extend(
                 e.into_iter()
@@ -186,20 +205,18 @@ pub fn compile(path: &Path) -> Result<Plan, PlanError> {
             output_dir: base.join(&config.output.dir),
             rows_per_shard: config.output.rows_per_shard,
             shuffle: config.output.shuffle,
+            hub_files: inputs.hub_files,
+            notes: inputs.notes,
         }),
         _ => Err(PlanError::Invalid(path.to_owned(), errors)),
     }
 }
 
-fn compile_source(base: &Path, source: &SourceConfig) -> Result<SourcePlan, Vec<String>> {
+fn compile_source(files: &[InputFile], source: &SourceConfig) -> Result<SourcePlan, Vec<String>> {
     let mut errors = Vec::new();
-    if source.files.is_empty() {
-        errors.push("`files` is empty".to_owned());
-    }
-    let files: Vec<PathBuf> = source.files.iter().map(|f| base.join(f)).collect();
-    for f in &files {
-        if !f.is_file() {
-            errors.push(format!("input file `{}` does not exist", f.display()));
+    for f in files {
+        if !f.local.is_file() {
+            errors.push(format!("input file `{}` does not exist", f.local.display()));
         }
     }
     let options = FormatOptions {
@@ -208,12 +225,8 @@ fn compile_source(base: &Path, source: &SourceConfig) -> Result<SourcePlan, Vec<
     match adapter(source.format, &source.columns, &source.tags, &options) {
         Ok(adapter) if errors.is_empty() => Ok(SourcePlan {
             name: source.name.clone(),
-            files,
-            display_files: source
-                .files
-                .iter()
-                .map(|f| f.display().to_string())
-                .collect(),
+            files: files.iter().map(|f| f.local.clone()).collect(),
+            display_files: files.iter().map(|f| f.display.clone()).collect(),
             adapter,
             take: source.take,
         }),

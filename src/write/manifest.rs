@@ -40,7 +40,21 @@ pub struct Inputs {
     pub pipeline_sha256: String,
     pub template_sha256: String,
     pub tokenizer_sha256: String,
+    /// Hub files pinned to their commits (tokenizer, template and sources read from the Hub).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub hub: Vec<HubInput>,
     pub files: Vec<InputFile>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct HubInput {
+    pub repo: String,
+    pub kind: String,
+    pub revision: String,
+    pub commit: String,
+    pub path: String,
+    pub bytes: u64,
+    pub sha256: String,
 }
 
 #[derive(Debug, Serialize)]

@@ -1,0 +1,165 @@
+//! Where a pipeline's inputs live: local paths (relative to the pipeline file) or Hub files
+//! pinned to a commit. With a fresh lockfile next to the pipeline, Hub files come from the
+//! cache with no network at all; `--locked` demands one.
+
+use super::config::PipelineConfig;
+use super::PlanError;
+use crate::hub::{Hub, HubEntry, HubSpec, Lockfile, NoProgress, RepoKind, ResolvedFile};
+use std::path::{Path, PathBuf};
+
+/// How a build may reach the Hub.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HubAccess {
+    /// Use the lockfile when it is fresh; otherwise resolve revisions online (or from the
+    /// cache with `HF_HUB_OFFLINE=1`).
+    Auto,
+    /// Use exactly what the lockfile pins, never the network; a missing or stale lockfile is an
+    /// error.
+    Locked,
+}
+
+/// One input file: where to read it and how to name it in manifests and reject files.
+#[derive(Debug, Clone)]
+pub struct InputFile {
+    pub local: PathBuf,
+    /// The path as written in the pipeline, or `hf://datasets/owner/name@commit/path`.
+    pub display: String,
+}
+
+pub(super) struct Inputs {
+    pub tokenizer: Option<PathBuf>,
+    pub template: Option<PathBuf>,
+    pub sources: Vec<Vec<InputFile>>,
+    pub hub_files: Vec<ResolvedFile>,
+    pub notes: Vec<String>,
+}
+
+/// Which input a Hub spec feeds.
+#[derive(Clone, Copy)]
+enum Slot {
+    Tokenizer,
+    Template,
+    Source(usize),
+}
+
+pub(super) fn resolve(
+    pipeline: &Path,
+    config: &PipelineConfig,
+    access: HubAccess,
+    errors: &mut Vec<String>,
+) -> Result<Inputs, PlanError> {
+    let base = pipeline.parent().unwrap_or(Path::new("."));
+    let mut inputs = Inputs {
+        tokenizer: None,
+        template: None,
+        sources: vec![Vec::new(); config.sources.len()],
+        hub_files: Vec::new(),
+        notes: Vec::new(),
+    };
+    let mut wanted: Vec<(Slot, HubSpec)> = Vec::new();
+    let mut want =
+        |slot: Slot, what: &str, entry: &HubEntry, kind: RepoKind, errors: &mut Vec<String>| {
+            match entry.clone().into_spec(kind) {
+                Ok(spec) => wanted.push((slot, spec)),
+                Err(e) => errors.push(format!("{what}.hub: {e}")),
+            }
+        };
+    match (&config.tokenizer.path, &config.tokenizer.hub) {
+        (Some(p), None) => inputs.tokenizer = Some(base.join(p)),
+        (None, Some(h)) => want(Slot::Tokenizer, "tokenizer", h, RepoKind::Model, errors),
+        _ => errors.push("`tokenizer` needs exactly one of `path` and `hub`".into()),
+    }
+    match (&config.template.path, &config.template.hub) {
+        (Some(p), None) => inputs.template = Some(base.join(p)),
+        (None, Some(h)) => want(Slot::Template, "template", h, RepoKind::Model, errors),
+        _ => errors.push("`template` needs exactly one of `path` and `hub`".into()),
+    }
+    for (i, source) in config.sources.iter().enumerate() {
+        match (source.files.is_empty(), &source.hub) {
+            (false, None) => {
+                inputs.sources[i] = source
+                    .files
+                    .iter()
+                    .map(|f| InputFile {
+                        local: base.join(f),
+                        display: f.display().to_string(),
+                    })
+                    .collect()
+            }
+            (true, Some(h)) => want(
+                Slot::Source(i),
+                &format!("sources[{i}]"),
+                h,
+                RepoKind::Dataset,
+                errors,
+            ),
+            _ => errors.push(format!(
+                "sources[{i}] (`{}`): needs exactly one of a non-empty `files` and `hub`",
+                source.name
+            )),
+        }
+    }
+    if wanted.is_empty() {
+        return Ok(inputs);
+    }
+
+    let hub = Hub::from_env()?;
+    let specs: Vec<HubSpec> = wanted.iter().map(|(_, s)| s.clone()).collect();
+    let lock_path = Lockfile::path_for(pipeline);
+    let lock = match (lock_path.exists(), access) {
+        (true, _) => {
+            let lock = Lockfile::read(&lock_path)?;
+            match (lock.check(&specs), access) {
+                (Ok(()), _) => Some(lock),
+                (Err(e), HubAccess::Locked) => return Err(e.into()),
+                (Err(e), HubAccess::Auto) => {
+                    inputs.notes.push(format!(
+                        "the lockfile `{}` is stale and was not used ({e}); run `chatshards lock` to pin the new inputs",
+                        lock_path.display()
+                    ));
+                    None
+                }
+            }
+        }
+        (false, HubAccess::Locked) => {
+            errors.push(format!(
+                "`--locked` was given but there is no lockfile `{}`; run `chatshards lock {}` first",
+                lock_path.display(),
+                pipeline.display()
+            ));
+            return Ok(inputs);
+        }
+        (false, HubAccess::Auto) => None,
+    };
+    for (slot, spec) in &wanted {
+        let files = match &lock {
+            Some(lock) => hub.resolve_locked(spec, lock)?,
+            None => hub.resolve(spec, &NoProgress)?,
+        };
+        let local: Vec<InputFile> = files
+            .iter()
+            .map(|f| InputFile {
+                local: f.local.clone(),
+                display: format!("hf://{}s/{}@{}/{}", f.kind, f.repo, f.commit, f.path),
+            })
+            .collect();
+        let single = |what: &str, errors: &mut Vec<String>| match local.as_slice() {
+            [one] => Some(one.local.clone()),
+            _ => {
+                errors.push(format!(
+                    "`{what}.hub` must match exactly one file of `{}`, but it matches {}",
+                    spec.repo,
+                    local.len()
+                ));
+                None
+            }
+        };
+        match slot {
+            Slot::Tokenizer => inputs.tokenizer = single("tokenizer", errors),
+            Slot::Template => inputs.template = single("template", errors),
+            Slot::Source(i) => inputs.sources[*i] = local,
+        }
+        inputs.hub_files.extend(files);
+    }
+    Ok(inputs)
+}
