@@ -43,6 +43,11 @@ check-goldens: $(PY)
 goldens: $(PY)
 	$(PY) tests/oracle/gen_goldens.py
 
+## The real 913,786-row mix: needs the Hub, a mirror (HF_ENDPOINT) or a warm HF cache.
+dataset:
+	$(BIN) fetch pipelines/qwen36-drafter.yaml
+	$(BIN) build pipelines/qwen36-drafter.yaml
+
 ## Side-by-side benchmark vs the Python pipeline (ROWS=100000 for the published figures).
 bench: $(PY)
 	$(PY) tests/bench/bench.py --rows $(ROWS) --threads 2 --python $(PY)

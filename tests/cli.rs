@@ -323,3 +323,30 @@ fn render_prints_one_line_per_input_with_errors_inline() {
     assert_eq!(lines[2]["error"]["code"], "special_token_in_content");
     assert_eq!(lines[3]["error"]["code"], "invalid_json");
 }
+
+#[test]
+fn every_shipped_pipeline_parses_and_the_recipe_adds_up_to_913786_rows() {
+    let dir = Path::new(ROOT).join("pipelines");
+    let mut seen = 0;
+    for entry in std::fs::read_dir(&dir).expect("pipelines/") {
+        let path = entry.expect("entry").path();
+        if path.extension().is_some_and(|e| e == "yaml") {
+            chatshards::plan::parse(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            seen += 1;
+        }
+    }
+    assert!(seen >= 3, "{seen} pipelines");
+    let recipe = dir.join("qwen36-drafter.yaml");
+    let (config, _) = chatshards::plan::parse(&recipe).expect("recipe");
+    let total: u64 = config
+        .sources
+        .iter()
+        .map(|s| match s.take {
+            chatshards::plan::config::Take::Rows(n) => n,
+            chatshards::plan::config::Take::All => panic!("`{}` has no take count", s.name),
+        })
+        .sum();
+    assert_eq!(total, 913_786);
+    let specs = chatshards::hub::hub_specs_of(&recipe).expect("hub specs");
+    assert_eq!(specs.len(), 10, "tokenizer, template and 8 sources");
+}
