@@ -32,6 +32,9 @@ pub struct RowProcessor {
     pub max_tokens: usize,
     pub length_policy: LengthPolicy,
     pub min_supervised_tokens: usize,
+    /// When the encoder is not the `tokenizers` crate: the share of rows (in basis points,
+    /// chosen by a hash of the row id) also encoded with it; any difference stops the build.
+    pub verify_basis_points: Option<u32>,
 }
 
 /// One tokenized row of a conversation.
@@ -57,6 +60,8 @@ pub enum Outcome {
     Kept(Vec<Tokenized>),
     Rejected(Reject),
     Filtered(FilterReason),
+    /// The encoder disagreed with the `tokenizers` crate on a spot-checked row.
+    EncoderMismatch(String),
 }
 
 impl RowProcessor {
@@ -140,12 +145,34 @@ impl RowProcessor {
         Ok(row)
     }
 
-    /// The full per-conversation path of a build: validate, tokenize, length rules.
-    fn process(&self, conversation: &Conversation) -> Outcome {
+    /// Whether the row with this id is spot-checked against the reference encoder.
+    pub fn spot_checked(&self, row_id: &str) -> bool {
+        self.verify_basis_points
+            .is_some_and(|bp| shuffle_key(0x5eed_c4ec, row_id) % 10_000 < u64::from(bp))
+    }
+
+    /// The full per-conversation path of a build after validation: tokenize, spot-check the
+    /// encoder when asked, apply the length rules.
+    fn process(&self, conversation: &Conversation, spot_check: bool) -> Outcome {
         let rows = match self.tokenize(conversation) {
             Ok(rows) => rows,
             Err(reject) => return Outcome::Rejected(reject),
         };
+        if spot_check {
+            for row in &rows {
+                match self.tokenizer.reference_encode(&row.text) {
+                    Ok(ids) if ids == row.ids => {}
+                    Ok(ids) => {
+                        let at = ids.iter().zip(&row.ids).take_while(|(a, b)| a == b).count();
+                        return Outcome::EncoderMismatch(format!(
+                            "the encoder's ids differ from the `tokenizers` crate's at token {at} of row segment {}",
+                            row.segment
+                        ));
+                    }
+                    Err(e) => return Outcome::EncoderMismatch(e),
+                }
+            }
+        }
         let mut kept = Vec::with_capacity(rows.len());
         let mut first_filter = None;
         for row in rows {
@@ -192,6 +219,8 @@ pub enum RunError {
     Write(#[from] crate::write::WriteError),
     #[error("failed to write `{0}`")]
     SideOutput(String, #[source] std::io::Error),
+    #[error("the fast encoder disagrees with the `tokenizers` crate on {row}: {detail}; rebuild with `tokenizer.backend: hf` and report this row")]
+    EncoderMismatch { row: String, detail: String },
 }
 
 /// Runs every source of the plan; returns per-source stats in plan order.
@@ -313,11 +342,15 @@ impl SourceRun<'_> {
                 _ => false,
             })
             .collect();
-        let outcomes: Vec<Option<Outcome>> = prepared
+        let outcomes: Vec<Option<(Outcome, bool)>> = prepared
             .par_iter()
             .zip(duplicate.par_iter())
-            .map(|(p, &dup)| match p {
-                Ok((conversation, _, _)) if !dup => Some(processor.process(conversation)),
+            .zip(batch.par_iter())
+            .map(|((p, &dup), raw)| match p {
+                Ok((conversation, _, _)) if !dup => {
+                    let check = processor.spot_checked(&self.sample_id(raw));
+                    Some((processor.process(conversation, check), check))
+                }
                 _ => None,
             })
             .collect();
@@ -351,7 +384,17 @@ impl SourceRun<'_> {
                 self.stats.deduplicated += 1;
                 continue;
             }
+            let outcome = outcome.map(|(o, checked)| {
+                self.stats.encoder_checked_rows += u64::from(checked);
+                o
+            });
             match outcome {
+                Some(Outcome::EncoderMismatch(detail)) => {
+                    return Err(RunError::EncoderMismatch {
+                        row: format!("{} row {}", self.source().display_files[raw.file], raw.row),
+                        detail,
+                    })
+                }
                 Some(Outcome::Kept(rows)) => {
                     self.keep(raw, &conversation, &repairs, rows, sinks)?;
                     done = limit.is_some_and(|n| self.stats.kept >= n);

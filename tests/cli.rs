@@ -18,8 +18,12 @@ fn root(p: &str) -> String {
 
 /// A pipeline over the demo fixtures, written into `dir`, with `extra` YAML appended.
 fn pipeline(dir: &Path, body: &str) -> PathBuf {
+    pipeline_with_backend(dir, "auto", body)
+}
+
+fn pipeline_with_backend(dir: &Path, backend: &str, body: &str) -> PathBuf {
     let yaml = format!(
-        "name: test\nseed: 7\ntokenizer:\n  path: {tok}\ntemplate:\n  path: {tpl}\n{body}",
+        "name: test\nseed: 7\ntokenizer:\n  path: {tok}\n  backend: {backend}\ntemplate:\n  path: {tpl}\n{body}",
         tok = root("templates/qwen3.6/tokenizer.json.zst"),
         tpl = root("templates/qwen3.6/chat_template.jinja"),
     );
@@ -133,6 +137,8 @@ fn demo_build_is_byte_identical_at_1_and_2_threads_and_accounts_for_every_row() 
         .map(|s| s["rows"].as_u64().unwrap_or(0))
         .sum();
     assert_eq!(m1["rows"].as_u64(), Some(rows));
+    assert_eq!(m1["encoder"]["used"], "fast");
+    assert_eq!(m1["encoder"]["mismatches"], 0);
     let rejects = std::fs::read_to_string(outputs[0].join("rejects.jsonl")).expect("rejects");
     assert_eq!(rejects.lines().count(), 6);
     assert!(
@@ -149,7 +155,7 @@ fn unknown_yaml_key_names_file_line_and_expected_keys() {
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
-        err.contains("pipeline.yaml:8:1: unknown field `sourcez`, expected one of"),
+        err.contains("pipeline.yaml:9:1: unknown field `sourcez`, expected one of"),
         "{err}"
     );
 }
@@ -163,7 +169,7 @@ fn wrong_type_and_bad_take_are_reported_with_position() {
     );
     let out = build(&p, 1);
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("pipeline.yaml:11:11: sources[0].take: invalid value: string \"some\", expected a row count or `all`"), "{err}");
+    assert!(err.contains("pipeline.yaml:12:11: sources[0].take: invalid value: string \"some\", expected a row count or `all`"), "{err}");
     let p = pipeline(
         tmp.path(),
         "render:\n  policy: everything\nsources: []\noutput:\n  dir: out\n",
@@ -349,4 +355,32 @@ fn every_shipped_pipeline_parses_and_the_recipe_adds_up_to_913786_rows() {
     assert_eq!(total, 913_786);
     let specs = chatshards::hub::hub_specs_of(&recipe).expect("hub specs");
     assert_eq!(specs.len(), 10, "tokenizer, template and 8 sources");
+}
+
+#[test]
+fn fast_and_hf_backends_write_byte_identical_shards() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let mut shards = Vec::new();
+    for backend in ["hf", "fast"] {
+        let dir = tmp.path().join(backend);
+        std::fs::create_dir_all(&dir).expect("mkdir");
+        let p = pipeline_with_backend(
+            &dir,
+            backend,
+            &format!(
+                "{}output:\n  dir: out\n  rows_per_shard: 1000\n",
+                demo_sources()
+            ),
+        );
+        let out = build(&p, 2);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let m = manifest(&dir.join("out"));
+        assert_eq!(m["encoder"]["used"], backend);
+        shards.push(m["shards"].clone());
+    }
+    assert_eq!(shards[0], shards[1]);
 }

@@ -125,6 +125,7 @@ fn processor(kwargs: Map<String, Value>, policy: RenderPolicy) -> RowProcessor {
         max_tokens: usize::MAX,
         length_policy: LengthPolicy::Drop,
         min_supervised_tokens: 0,
+        verify_basis_points: None,
     }
 }
 

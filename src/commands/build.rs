@@ -6,9 +6,9 @@ use crate::printer::Printer;
 use crate::progress::BuildProgress;
 use crate::render::Renderer;
 use crate::report::{summary_table, SourceStats};
-use crate::tokenize::Tokenizer;
+use crate::tokenize::{Backend, BackendReport, Tokenizer};
 use crate::validate::Validator;
-use crate::write::manifest::{HubInput, InputFile, Inputs, Manifest, Settings, Tool};
+use crate::write::manifest::{Encoder, HubInput, InputFile, Inputs, Manifest, Settings, Tool};
 use crate::write::{self, read_bucket, shard_name, ShardWriter, Spill};
 use anyhow::{bail, Context, Result};
 use std::fs;
@@ -34,7 +34,8 @@ pub fn run(args: &BuildArgs, printer: &Printer) -> Result<()> {
     for note in &plan.notes {
         printer.info(&format!("note: {note}"));
     }
-    let processor = processor(&plan)?;
+    let (processor, backend) = processor(&plan)?;
+    printer.info(&format!("encoder: {backend}"));
     let out = &plan.output_dir;
     check_output_dir(out)?;
     let staging = sibling(out, "partial");
@@ -115,7 +116,7 @@ pub fn run(args: &BuildArgs, printer: &Printer) -> Result<()> {
         &staging.join("state.json"),
         &write::state_json(&files, &fingerprint[..16]),
     )?;
-    let manifest = manifest(&plan, named, shards)?;
+    let manifest = manifest(&plan, named, shards, &backend)?;
     let manifest_json = write::pretty(&serde_json::to_value(&manifest)?);
     write_file(&staging.join("manifest.json"), &manifest_json)?;
 
@@ -140,12 +141,14 @@ pub fn run(args: &BuildArgs, printer: &Printer) -> Result<()> {
 }
 
 /// Builds the per-row processor (renderer, tokenizer, validator) for a plan.
-pub fn processor(plan: &Plan) -> Result<RowProcessor> {
+pub fn processor(plan: &Plan) -> Result<(RowProcessor, BackendReport)> {
     let renderer = Renderer::new(&plan.template.source, plan.template.kwargs.clone())
         .with_context(|| format!("in template `{}`", plan.template.path.display()))?;
-    let tokenizer = std::sync::Arc::new(Tokenizer::load(&plan.tokenizer_path)?);
+    let (tokenizer, report) =
+        Tokenizer::load_with_backend(&plan.tokenizer_path, plan.tokenizer_backend)?;
+    let tokenizer = std::sync::Arc::new(tokenizer);
     let validator = Validator::new(&tokenizer.forbidden);
-    Ok(RowProcessor {
+    let processor = RowProcessor {
         renderer,
         tokenizer,
         validator,
@@ -153,7 +156,9 @@ pub fn processor(plan: &Plan) -> Result<RowProcessor> {
         max_tokens: plan.max_tokens,
         length_policy: plan.length_policy,
         min_supervised_tokens: plan.min_supervised_tokens,
-    })
+        verify_basis_points: (report.used == Backend::Fast).then_some(plan.verify_basis_points),
+    };
+    Ok((processor, report))
 }
 
 /// Refuses to overwrite a directory that is not a previous chatshards output, or one whose
@@ -220,7 +225,17 @@ fn manifest(
     plan: &Plan,
     sources: Vec<(String, SourceStats)>,
     shards: Vec<write::ShardSummary>,
+    backend: &BackendReport,
 ) -> Result<Manifest> {
+    let encoder = Encoder {
+        requested: backend.requested,
+        used: backend.used,
+        fallback_reason: backend.fallback_reason.clone(),
+        probe_texts: backend.probe_texts,
+        verify_percent: f64::from(plan.verify_basis_points) / 100.0,
+        verified_rows: sources.iter().map(|(_, s)| s.encoder_checked_rows).sum(),
+        mismatches: 0,
+    };
     let mut files = Vec::new();
     for source in &plan.sources {
         for (path, shown) in source.files.iter().zip(&source.display_files) {
@@ -272,6 +287,7 @@ fn manifest(
         rows,
         tokens,
         supervised_tokens,
+        encoder,
         sources: sources.into_iter().collect(),
         shards,
     })

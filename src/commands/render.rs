@@ -81,6 +81,7 @@ pub fn processor(
         max_tokens: usize::MAX,
         length_policy: LengthPolicy::Drop,
         min_supervised_tokens: 0,
+        verify_basis_points: None,
     })
 }
 

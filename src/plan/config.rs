@@ -48,6 +48,15 @@ pub struct TokenizerConfig {
     /// Or a file of a Hub repo: `{repo: Qwen/Qwen3.6-27B, revision: main, files: [tokenizer.json]}`.
     #[serde(default)]
     pub hub: Option<HubEntry>,
+    /// Encoder: `auto` (the fast exact encoder when the tokenizer qualifies and passes a
+    /// load-time self-check against the `tokenizers` crate, else the `tokenizers` crate),
+    /// `hf` (always the `tokenizers` crate) or `fast` (the fast encoder or an error).
+    #[serde(default)]
+    pub backend: crate::tokenize::Backend,
+    /// Percent of rows (chosen by a hash of the row id) that the fast encoder's ids are
+    /// re-checked against the `tokenizers` crate during a build; a difference stops the build.
+    #[serde(default = "default_verify_percent")]
+    pub verify_percent: f64,
 }
 
 #[derive(Debug, Deserialize)]
@@ -236,6 +245,9 @@ pub struct OutputConfig {
     pub shuffle: bool,
 }
 
+fn default_verify_percent() -> f64 {
+    1.0
+}
 fn default_max_tokens() -> usize {
     8192
 }

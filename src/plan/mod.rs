@@ -28,6 +28,9 @@ pub struct Plan {
     pub template: TemplatePlan,
     pub tokenizer_path: PathBuf,
     pub tokenizer_sha256: String,
+    pub tokenizer_backend: crate::tokenize::Backend,
+    /// Share of rows spot-checked against the `tokenizers` crate, in basis points.
+    pub verify_basis_points: u32,
     pub policy: RenderPolicy,
     pub max_tokens: usize,
     pub length_policy: LengthPolicy,
@@ -155,6 +158,9 @@ pub fn compile(path: &Path, access: HubAccess) -> Result<Plan, PlanError> {
         }
     };
 
+    if !(0.0..=100.0).contains(&config.tokenizer.verify_percent) {
+        errors.push("`tokenizer.verify_percent` must be between 0 and 100".into());
+    }
     if config.max_tokens == 0 {
         errors.push("`max_tokens` must be at least 1".into());
     }
@@ -196,6 +202,8 @@ pub fn compile(path: &Path, access: HubAccess) -> Result<Plan, PlanError> {
             template,
             tokenizer_path,
             tokenizer_sha256,
+            tokenizer_backend: config.tokenizer.backend,
+            verify_basis_points: (config.tokenizer.verify_percent * 100.0).round() as u32,
             policy: config.render.policy,
             max_tokens: config.max_tokens,
             length_policy: config.length_policy,

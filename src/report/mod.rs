@@ -23,6 +23,8 @@ pub struct SourceStats {
     pub supervised_tokens: u64,
     /// Output rows cut at a turn boundary by `length_policy: truncate`.
     pub truncated_rows: u64,
+    /// Source rows whose ids were also computed with the `tokenizers` crate and matched.
+    pub encoder_checked_rows: u64,
 }
 
 impl SourceStats {
@@ -56,6 +58,7 @@ impl AddAssign<&SourceStats> for SourceStats {
         self.tokens += o.tokens;
         self.supervised_tokens += o.supervised_tokens;
         self.truncated_rows += o.truncated_rows;
+        self.encoder_checked_rows += o.encoder_checked_rows;
     }
 }
 

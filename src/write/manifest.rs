@@ -16,6 +16,7 @@ pub struct Manifest {
     pub rows: u64,
     pub tokens: u64,
     pub supervised_tokens: u64,
+    pub encoder: Encoder,
     pub sources: IndexMap<String, SourceStats>,
     pub shards: Vec<ShardSummary>,
 }
@@ -76,4 +77,18 @@ pub struct Settings {
     pub dedup: bool,
     pub shuffle: bool,
     pub rows_per_shard: usize,
+}
+
+/// Which encoder produced the ids, how it was checked before use, and the in-build spot check.
+#[derive(Debug, Serialize)]
+pub struct Encoder {
+    pub requested: crate::tokenize::Backend,
+    pub used: crate::tokenize::Backend,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fallback_reason: Option<String>,
+    pub probe_texts: usize,
+    pub verify_percent: f64,
+    /// Source rows re-encoded with the `tokenizers` crate (all matched, or the build failed).
+    pub verified_rows: u64,
+    pub mismatches: u64,
 }

@@ -22,6 +22,9 @@ struct Merge {
     id: u32,
 }
 
+/// In [`Bpe::pair_ids`]: the piece is its two byte tokens.
+const TWO_BYTES: u32 = u32::MAX;
+
 const NO_MERGE: Merge = Merge {
     rank: u32::MAX,
     id: u32::MAX,
@@ -41,6 +44,9 @@ pub(super) struct Bpe {
     token_offsets: Vec<u32>,
     vocab: VocabTable,
     byte_ids: [u32; 256],
+    /// The single token of each 2-byte piece (`b0 << 8 | b1`), or [`TWO_BYTES`] when it is two
+    /// tokens. Single bytes and byte pairs are a third of all pieces; this skips hashing them.
+    pair_ids: Vec<u32>,
     /// `(left << 32) | right` → the merge.
     merges: HashMap<u64, Merge, FixedState>,
     ignore_merges: bool,
@@ -80,6 +86,7 @@ impl Bpe {
             token_offsets,
             vocab: VocabTable::with_capacity(size),
             byte_ids: [0; 256],
+            pair_ids: Vec::new(),
             merges: HashMap::with_capacity_and_hasher(merges.len(), hasher.clone()),
             ignore_merges,
             hasher,
@@ -99,16 +106,28 @@ impl Bpe {
                 .ok_or_else(|| format!("byte 0x{b:02x} has no token, so BPE could hit `unk`"))?;
         }
 
+        // A faster hasher than `vocab`'s for the 1.5 million lookups below.
+        let by_text: HashMap<&str, u32, FixedState> = vocab
+            .iter()
+            .map(|(token, &id)| (token.as_str(), id))
+            .collect();
         let id_of = |token: &str| {
-            vocab
+            by_text
                 .get(token)
                 .copied()
                 .ok_or_else(|| format!("merge token `{token}` is not in the vocabulary"))
         };
         let mut previous: Option<(usize, u32)> = None;
+        let mut joined = String::new();
         for (rank, (left, right)) in merges.iter().enumerate() {
-            let merged = id_of(&format!("{left}{right}"))?;
-            // Rank consistency: merge order must be token-id order of the merged tokens.
+            joined.clear();
+            joined.push_str(left);
+            joined.push_str(right);
+            let merged = id_of(&joined)?;
+            // Rank consistency (issue #6): merge order must be the token-id order of the merged
+            // tokens, as in every BPE trained the usual way (Qwen, Llama-3, GPT-4). Merging below
+            // uses the merge ranks themselves and would be exact without it; the check keeps
+            // tokenizers unlike those we test with on the `tokenizers` crate.
             if let Some((prev_rank, prev_id)) = previous {
                 if merged < prev_id {
                     return Err(format!(
@@ -123,12 +142,34 @@ impl Bpe {
             // A repeated pair keeps its last rank, as in `tokenizers` (a map built in order).
             bpe.merges.insert(key, Merge { rank, id: merged });
         }
+        // What `encode_piece` would compute for every 2-byte piece.
+        bpe.pair_ids = (0..=u16::MAX)
+            .map(|pair| {
+                let [b0, b1] = pair.to_be_bytes();
+                let whole = bpe.lookup(&[b0, b1], bpe.hasher.hash_one([b0, b1].as_slice()));
+                match whole.filter(|_| bpe.ignore_merges) {
+                    Some(id) => id,
+                    None => {
+                        let m = bpe.merge_of(bpe.byte_ids[b0 as usize], bpe.byte_ids[b1 as usize]);
+                        if m.rank == u32::MAX {
+                            TWO_BYTES
+                        } else {
+                            m.id
+                        }
+                    }
+                }
+            })
+            .collect();
         Ok(bpe)
     }
 
     /// The bytes of token `id` (empty if it is unreachable or unknown).
-    pub(super) fn token(&self, id: u32) -> &[u8] {
-        token_slice(&self.token_bytes, &self.token_offsets, id)
+    fn token(&self, id: u32) -> &[u8] {
+        let i = id as usize;
+        match (self.token_offsets.get(i), self.token_offsets.get(i + 1)) {
+            (Some(&a), Some(&b)) => &self.token_bytes[a as usize..b as usize],
+            _ => &[],
+        }
     }
 
     #[inline]
@@ -147,16 +188,25 @@ impl Bpe {
     /// Appends the ids of one pre-tokenizer piece.
     #[inline]
     pub(super) fn encode_piece(&self, piece: &[u8], cache: &mut PieceCache, out: &mut Vec<u32>) {
+        match *piece {
+            [b] => return out.push(self.byte_ids[b as usize]),
+            [b0, b1] => {
+                match self.pair_ids[(b0 as usize) << 8 | b1 as usize] {
+                    TWO_BYTES => {
+                        out.extend([self.byte_ids[b0 as usize], self.byte_ids[b1 as usize]])
+                    }
+                    id => out.push(id),
+                }
+                return;
+            }
+            _ => {}
+        }
         let hash = self.hasher.hash_one(piece);
         if self.ignore_merges {
             if let Some(id) = self.lookup(piece, hash) {
                 out.push(id);
                 return;
             }
-        }
-        if let [b] = piece {
-            out.push(self.byte_ids[*b as usize]);
-            return;
         }
         if piece.len() > CACHE_MAX_PIECE {
             self.merge(piece, &mut cache.scratch, out);
@@ -360,15 +410,6 @@ fn pair_key(left: u32, right: u32) -> u64 {
     ((left as u64) << 32) | right as u64
 }
 
-#[inline]
-fn token_slice<'a>(bytes: &'a [u8], offsets: &[u32], id: u32) -> &'a [u8] {
-    let i = id as usize;
-    match (offsets.get(i), offsets.get(i + 1)) {
-        (Some(&a), Some(&b)) => &bytes[a as usize..b as usize],
-        _ => &[],
-    }
-}
-
 #[derive(Clone, Copy)]
 struct Symbol {
     id: u32,
@@ -445,5 +486,107 @@ impl PieceCache {
         self.keys.extend_from_slice(piece);
         self.ids.extend_from_slice(ids);
         self.table.insert_unique(hash, entry, |e| e.hash);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The definition, written as plainly as possible: while some adjacent pair has a merge,
+    /// merge the one with the lowest rank, the leftmost among equals.
+    fn reference(bpe: &Bpe, piece: &[u8]) -> Vec<u32> {
+        let mut ids: Vec<u32> = piece.iter().map(|&b| bpe.byte_ids[b as usize]).collect();
+        loop {
+            let best = (0..ids.len().saturating_sub(1))
+                .map(|k| (bpe.merge_of(ids[k], ids[k + 1]), k))
+                .filter(|(m, _)| m.rank != u32::MAX)
+                .min_by_key(|(m, k)| (m.rank, *k));
+            let Some((m, k)) = best else { return ids };
+            ids[k] = m.id;
+            ids.remove(k + 1);
+        }
+    }
+
+    /// A byte-level BPE over a 4-letter alphabet with random (rank-consistent) merges, so that
+    /// pieces have many competing and overlapping merges.
+    fn random_bpe(seed: u64) -> Bpe {
+        let inverse = crate::tokenize::vocab::byte_level_inverse();
+        let forward: HashMap<u8, char> = (0..=0x17fu32)
+            .filter_map(char::from_u32)
+            .filter_map(|c| inverse(c).map(|b| (b, c)))
+            .collect();
+        let mut vocab: HashMap<String, u32> = (0..=255u8)
+            .map(|b| (forward[&b].to_string(), b as u32))
+            .collect();
+        let mut tokens: Vec<String> = "abcd".chars().map(String::from).collect();
+        let mut merges = Vec::new();
+        let mut state = seed;
+        let mut next = || {
+            state = state
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (state >> 33) as usize
+        };
+        while merges.len() < 300 {
+            let left = tokens[next() % tokens.len()].clone();
+            let right = tokens[next() % tokens.len()].clone();
+            let merged = format!("{left}{right}");
+            if merged.len() > 12 || merges.contains(&(left.clone(), right.clone())) {
+                continue;
+            }
+            if !vocab.contains_key(&merged) {
+                vocab.insert(merged.clone(), vocab.len() as u32);
+                tokens.push(merged);
+            } else if vocab[&merged] + 1 != vocab.len() as u32 {
+                // Reusing an older token would break rank consistency; skip.
+                continue;
+            }
+            merges.push((left, right));
+        }
+        Bpe::new(&vocab, &merges, false, inverse).expect("valid")
+    }
+
+    #[test]
+    fn short_and_long_merging_follow_the_definition() {
+        for seed in 0..20 {
+            let bpe = random_bpe(seed);
+            let mut scratch = Scratch::default();
+            let mut state = seed + 1000;
+            for len in (2..40).chain([63, 64, 65, 100, 300]) {
+                for _ in 0..20 {
+                    let piece: Vec<u8> = (0..len)
+                        .map(|_| {
+                            state = state.wrapping_mul(6364136223846793005).wrapping_add(1);
+                            b"abcd"[(state >> 62) as usize]
+                        })
+                        .collect();
+                    let want = reference(&bpe, &piece);
+                    let (mut short, mut long) = (Vec::new(), Vec::new());
+                    bpe.merge_short(&piece, &mut scratch, &mut short);
+                    bpe.merge_long(&piece, &mut scratch, &mut long);
+                    assert_eq!(short, want, "short, seed {seed}, {piece:?}");
+                    assert_eq!(long, want, "long, seed {seed}, {piece:?}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn cache_returns_what_was_stored_and_stays_bounded() {
+        let mut cache = PieceCache::default();
+        cache.reset(1);
+        let hasher = FixedState::default();
+        for n in 0..(CACHE_MAX_ENTRIES + 10) as u32 {
+            let piece = n.to_le_bytes();
+            cache.insert(&piece, hasher.hash_one(piece.as_slice()), &[n, n + 1]);
+        }
+        assert!(cache.table.len() <= CACHE_MAX_ENTRIES);
+        let last = (CACHE_MAX_ENTRIES + 9) as u32;
+        let piece = last.to_le_bytes();
+        assert_eq!(
+            cache.get(&piece, hasher.hash_one(piece.as_slice())),
+            Some([last, last + 1].as_slice())
+        );
     }
 }

@@ -158,16 +158,11 @@ impl FastEncoder {
             }
         });
     }
-
-    /// The bytes of model token `id` (empty for added tokens and unreachable ids).
-    pub fn token_bytes(&self, id: u32) -> &[u8] {
-        self.bpe.token(id)
-    }
 }
 
 impl Encoder for FastEncoder {
     fn encode(&self, text: &str) -> Result<Vec<u32>, String> {
-        // About one token per four bytes of typical text; avoids most regrowth.
+        // Text averages about four bytes per token; reserving for three avoids most regrowth.
         let mut out = Vec::with_capacity(text.len() / 3 + 4);
         self.encode_into(text, &mut out);
         Ok(out)

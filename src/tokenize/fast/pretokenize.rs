@@ -17,11 +17,12 @@ pub enum PreTokenizer {
 }
 
 impl PreTokenizer {
-    /// The scanner if it implements `pattern`, otherwise the regex.
+    /// The scanner if it implements `pattern`, otherwise the regex (also if the scanner's
+    /// character tables could not be built: the regex path is exact too, only slower).
     pub fn new(pattern: &str) -> Result<Self, String> {
-        match Scanner::for_pattern(pattern)? {
-            Some(scanner) => Ok(PreTokenizer::Scanner(scanner)),
-            None => Self::regex(pattern),
+        match Scanner::for_pattern(pattern) {
+            Ok(Some(scanner)) => Ok(PreTokenizer::Scanner(scanner)),
+            Ok(None) | Err(_) => Self::regex(pattern),
         }
     }
 
@@ -159,19 +160,24 @@ impl Scanner {
     }
 
     /// Class and UTF-8 length of the character at byte `i` (a character boundary of valid UTF-8).
-    #[inline]
+    #[inline(always)]
     fn class_at(&self, s: &[u8], i: usize) -> (Class, usize) {
         let b = s[i];
         if b < 0x80 {
             (self.ascii[b as usize], 1)
         } else {
-            let (cp, len) = decode(s, i);
-            (self.remap(self.classes.of(cp)), len)
+            self.class_non_ascii(s, i)
         }
     }
 
+    #[inline(never)]
+    fn class_non_ascii(&self, s: &[u8], i: usize) -> (Class, usize) {
+        let (cp, len) = decode(s, i);
+        (self.remap(self.classes.of(cp)), len)
+    }
+
     /// End of the maximal run of `class` characters starting at `i`.
-    #[inline]
+    #[inline(always)]
     fn run(&self, s: &[u8], mut i: usize, class: Class) -> usize {
         while i < s.len() {
             let (c, len) = self.class_at(s, i);
