@@ -179,16 +179,13 @@ impl Tokenizer {
     pub fn normalize<'a>(&self, text: &'a str) -> std::borrow::Cow<'a, str> {
         use tokenizers::normalizers::NormalizerWrapper;
         use tokenizers::{NormalizedString, Normalizer};
-        use unicode_normalization::{is_nfc_quick, IsNormalized, UnicodeNormalization};
         match self.hf.get_normalizer() {
             None => std::borrow::Cow::Borrowed(text),
-            Some(NormalizerWrapper::NFC(_)) => {
-                if is_nfc_quick(text.chars()) == IsNormalized::Yes {
-                    std::borrow::Cow::Borrowed(text)
-                } else {
-                    std::borrow::Cow::Owned(text.nfc().collect())
-                }
-            }
+            // The tokenizer's own NFC tables (Unicode 9): a newer NFC differs on rare sequences.
+            // Applied to the whole text, while the tokenizer applies it between special tokens: a
+            // combining mark right after a special token makes the row fail the mask check
+            // (rejected, never mis-masked).
+            Some(NormalizerWrapper::NFC(_)) => fast::normalize(true, text),
             Some(other) => {
                 let mut normalized = NormalizedString::from(text);
                 match other.normalize(&mut normalized) {

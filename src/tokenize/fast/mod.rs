@@ -196,7 +196,7 @@ pub fn self_check(
 
 /// NFC as `tokenizers` computes it (Unicode 9 tables of `unicode-normalization-alignments`),
 /// skipping text that is already NFC by a quick check.
-fn normalize(nfc: bool, text: &str) -> Cow<'_, str> {
+pub(crate) fn normalize(nfc: bool, text: &str) -> Cow<'_, str> {
     use unicode_normalization_alignments::{is_nfc_quick, IsNormalized, UnicodeNormalization};
     // Below U+0300 every character is NFC and has combining class 0; in UTF-8 those are exactly
     // the texts without a byte ≥ 0xCC. This covers ASCII and most Latin text in one vector scan.
