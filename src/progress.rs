@@ -15,7 +15,6 @@ pub struct BuildProgress {
 
 struct State {
     started: Instant,
-    base_tokens: u64,
 }
 
 impl BuildProgress {
@@ -31,7 +30,6 @@ impl BuildProgress {
             printer: *printer,
             state: Mutex::new(State {
                 started: Instant::now(),
-                base_tokens: 0,
             }),
         }
     }
@@ -57,7 +55,6 @@ impl Progress for BuildProgress {
         self.bar.reset_eta();
         if let Ok(mut s) = self.state.lock() {
             s.started = Instant::now();
-            s.base_tokens = 0;
         }
     }
 

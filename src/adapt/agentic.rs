@@ -49,7 +49,9 @@
 //! `resolved` when known.
 
 use super::calls::trailing_xml_functions;
-use super::fields::{content_text, kind, list_or_json_string, optional_str, tool_call};
+use super::fields::{
+    content_text, kind, list_or_json_string, message_role, optional_str, tool_call,
+};
 use super::openai::parse_role;
 use super::{tools, Repairs, Row};
 use crate::conversation::{py_trim, Conversation, Message, Role};
@@ -191,23 +193,7 @@ fn required_list(row: &Row, field: &str, repairs: &mut Repairs) -> Result<Vec<Va
 /// One OpenAI-style message, with the thoughtworks (`tool_calls_json`) and legacy
 /// (`function_call`) spellings of calls.
 fn message(value: &Value, field: &str, repairs: &mut Repairs) -> Result<Message, Reject> {
-    let Value::Object(m) = value else {
-        return Err(Reject::new(
-            RejectReason::InvalidField,
-            format!("`{field}` is a {}, expected a message object", kind(value)),
-        ));
-    };
-    let role = optional_str(m, "role")
-        .map_err(|r| Reject {
-            message: format!("`{field}`: {}", r.message),
-            ..r
-        })?
-        .ok_or_else(|| {
-            Reject::new(
-                RejectReason::MissingField,
-                format!("`{field}.role` is missing"),
-            )
-        })?;
+    let (m, role) = message_role(value, field)?;
     let role = match role {
         "function" => Role::Tool,
         other => parse_role(other).ok_or_else(|| {

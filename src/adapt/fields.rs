@@ -211,3 +211,28 @@ pub fn tool_call(value: &Value, field: &str, repairs: &mut Repairs) -> Result<To
         arguments,
     })
 }
+
+/// A message object and its `role` string (both required), with errors naming the field.
+pub fn message_role<'a>(
+    value: &'a Value,
+    field: &str,
+) -> Result<(&'a Map<String, Value>, &'a str), Reject> {
+    let Value::Object(m) = value else {
+        return Err(Reject::new(
+            RejectReason::InvalidField,
+            format!("`{field}` is a {}, expected a message object", kind(value)),
+        ));
+    };
+    let role = optional_str(m, "role")
+        .map_err(|r| Reject {
+            message: format!("`{field}`: {}", r.message),
+            ..r
+        })?
+        .ok_or_else(|| {
+            Reject::new(
+                RejectReason::MissingField,
+                format!("`{field}.role` is missing"),
+            )
+        })?;
+    Ok((m, role))
+}

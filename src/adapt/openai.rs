@@ -1,7 +1,9 @@
 //! `openai`: `{"messages": [{"role", "content", "tool_calls", "reasoning_content", ...}], "tools": [...]}`.
 //! Tools are kept exactly as given (they are what the template renders).
 
-use super::fields::{content_text, kind, list_or_json_string, optional_str, tool_call};
+use super::fields::{
+    content_text, kind, list_or_json_string, message_role, optional_str, tool_call,
+};
 use super::{Repairs, Row};
 use crate::conversation::{Conversation, Message, Role};
 use crate::reject::{Reject, RejectReason};
@@ -54,23 +56,7 @@ pub(super) fn tools(row: &Row, field: &str, repairs: &mut Repairs) -> Result<Vec
 }
 
 fn message(value: &Value, field: &str, repairs: &mut Repairs) -> Result<Message, Reject> {
-    let Value::Object(m) = value else {
-        return Err(Reject::new(
-            RejectReason::InvalidField,
-            format!("`{field}` is a {}, expected a message object", kind(value)),
-        ));
-    };
-    let role = optional_str(m, "role")
-        .map_err(|r| Reject {
-            message: format!("`{field}`: {}", r.message),
-            ..r
-        })?
-        .ok_or_else(|| {
-            Reject::new(
-                RejectReason::MissingField,
-                format!("`{field}.role` is missing"),
-            )
-        })?;
+    let (m, role) = message_role(value, field)?;
     let role = parse_role(role).ok_or_else(|| {
         Reject::new(
             RejectReason::UnknownRole,
