@@ -21,7 +21,7 @@ pub trait Encoder: Send + Sync {
 
 /// The `tokenizers` crate backend.
 pub struct HfEncoder {
-    tokenizer: tokenizers::Tokenizer,
+    tokenizer: std::sync::Arc<tokenizers::Tokenizer>,
 }
 
 impl Encoder for HfEncoder {
@@ -84,7 +84,8 @@ pub struct Tokenizer {
     /// Contents of control tokens (`<|im_start|>`, `<|endoftext|>`, ...) that must never come
     /// from data: text containing them is rejected instead of tokenized into control ids.
     pub forbidden: Vec<String>,
-    hf: tokenizers::Tokenizer,
+    /// Shared with the `tokenizers` encoder: one in-memory copy of the vocabulary.
+    hf: std::sync::Arc<tokenizers::Tokenizer>,
 }
 
 impl Tokenizer {
@@ -151,11 +152,13 @@ impl Tokenizer {
     }
 
     pub fn from_json_bytes(json: &[u8]) -> Result<Self, TokenizerError> {
-        let hf = tokenizers::Tokenizer::from_bytes(json)
-            .map_err(|e| TokenizerError::Parse(e.to_string()))?;
+        let hf = std::sync::Arc::new(
+            tokenizers::Tokenizer::from_bytes(json)
+                .map_err(|e| TokenizerError::Parse(e.to_string()))?,
+        );
         let bytes = TokenBytes::from_tokenizer(&hf)?;
         let encoder = HfEncoder {
-            tokenizer: hf.clone(),
+            tokenizer: std::sync::Arc::clone(&hf),
         };
         let markers = ChatMarkers::chatml(&encoder, &bytes)?;
         let mut forbidden: Vec<String> = hf
