@@ -76,7 +76,7 @@ impl GlaiveAdapter {
     pub fn adapt(&self, row: &Row, repairs: &mut Repairs) -> Result<Conversation, Reject> {
         let system = required_str(row, "system")?;
         let chat = required_str(row, "chat")?;
-        let (prose, mut tool_list) = parse_system(system)?;
+        let (prose, tool_list) = parse_system(system)?;
         let mut messages = Vec::new();
         if let Some(prose) = prose {
             messages.push(Message::system(prose));
@@ -91,13 +91,7 @@ impl GlaiveAdapter {
                 }
             }
         }
-        tools::dedupe(&mut tool_list, &messages, repairs);
-        tools::check_declared(&tool_list, &messages)?;
-        tools::pair_responses(&mut messages, repairs)?;
-        Ok(Conversation {
-            messages,
-            tools: tool_list,
-        })
+        tools::finish(tool_list, messages, repairs)
     }
 }
 

@@ -90,13 +90,7 @@ impl HermesAdapter {
                 }
             }
         }
-        tools::dedupe(&mut tool_list, &messages, repairs);
-        tools::check_declared(&tool_list, &messages)?;
-        tools::pair_responses(&mut messages, repairs)?;
-        Ok(Conversation {
-            messages,
-            tools: tool_list,
-        })
+        tools::finish(tool_list, messages, repairs)
     }
 
     pub fn metadata(&self, row: &Row) -> Map<String, Value> {

@@ -93,13 +93,7 @@ impl Qwen35FcAdapter {
                 }
             }
         }
-        tools::dedupe(&mut tool_list, &messages, repairs);
-        tools::check_declared(&tool_list, &messages)?;
-        tools::pair_responses(&mut messages, repairs)?;
-        Ok(Conversation {
-            messages,
-            tools: tool_list,
-        })
+        tools::finish(tool_list, messages, repairs)
     }
 }
 

@@ -11,7 +11,7 @@
 
 use super::fields::kind;
 use super::Repairs;
-use crate::conversation::{Message, Role, ToolCall};
+use crate::conversation::{Conversation, Message, Role, ToolCall};
 use crate::reject::{Reject, RejectReason, Repair};
 use serde_json::{Map, Value};
 use std::collections::{HashMap, VecDeque};
@@ -237,6 +237,22 @@ pub fn pair_responses(messages: &mut [Message], repairs: &mut Repairs) -> Result
         repairs.push(Repair::ToolCallIdsSynthesized);
     }
     Ok(())
+}
+
+/// The common end of the tool-calling adapters: one definition per tool name, every call
+/// declared, every tool response paired with its call.
+pub fn finish(
+    mut tool_list: Vec<Value>,
+    mut messages: Vec<Message>,
+    repairs: &mut Repairs,
+) -> Result<Conversation, Reject> {
+    dedupe(&mut tool_list, &messages, repairs);
+    check_declared(&tool_list, &messages)?;
+    pair_responses(&mut messages, repairs)?;
+    Ok(Conversation {
+        messages,
+        tools: tool_list,
+    })
 }
 
 #[cfg(test)]

@@ -61,7 +61,7 @@ impl XlamAdapter {
         let raw_tools = list_or_json_string(row, "tools", &mut Repairs::new())
             .map_err(|r| Reject::new(RejectReason::InvalidTools, r.message))?
             .unwrap_or_default();
-        let mut tool_list = raw_tools
+        let tool_list = raw_tools
             .into_iter()
             .enumerate()
             .map(|(i, t)| {
@@ -70,17 +70,11 @@ impl XlamAdapter {
                 tools::normalize(converted, &field, repairs)
             })
             .collect::<Result<Vec<_>, _>>()?;
-        let mut messages = vec![
+        let messages = vec![
             Message::user(query),
             Message::assistant("").with_tool_calls(calls),
         ];
-        tools::dedupe(&mut tool_list, &messages, repairs);
-        tools::check_declared(&tool_list, &messages)?;
-        tools::pair_responses(&mut messages, repairs)?;
-        Ok(Conversation {
-            messages,
-            tools: tool_list,
-        })
+        tools::finish(tool_list, messages, repairs)
     }
 
     pub fn metadata(&self, row: &Row) -> Map<String, Value> {
