@@ -60,7 +60,8 @@ pub struct Message {
 }
 
 impl Message {
-    fn plain(role: Role, content: impl Into<String>) -> Self {
+    /// A message with only a role and content.
+    pub fn new(role: Role, content: impl Into<String>) -> Self {
         Message {
             role,
             content: content.into(),
@@ -71,16 +72,16 @@ impl Message {
         }
     }
     pub fn system(content: impl Into<String>) -> Self {
-        Self::plain(Role::System, content)
+        Self::new(Role::System, content)
     }
     pub fn user(content: impl Into<String>) -> Self {
-        Self::plain(Role::User, content)
+        Self::new(Role::User, content)
     }
     pub fn assistant(content: impl Into<String>) -> Self {
-        Self::plain(Role::Assistant, content)
+        Self::new(Role::Assistant, content)
     }
     pub fn tool(content: impl Into<String>) -> Self {
-        Self::plain(Role::Tool, content)
+        Self::new(Role::Tool, content)
     }
     pub fn with_reasoning(mut self, reasoning: Option<String>) -> Self {
         self.reasoning = reasoning;

@@ -204,14 +204,7 @@ fn message(value: &Value, field: &str, repairs: &mut Repairs) -> Result<Message,
         })?,
     };
     let content = content_text(m.get("content"), &format!("{field}.content"), repairs)?;
-    let mut message = Message {
-        role,
-        content,
-        reasoning: None,
-        tool_calls: Vec::new(),
-        name: None,
-        tool_call_id: None,
-    };
+    let mut message = Message::new(role, content);
     match role {
         Role::Assistant => {
             for key in ["reasoning_content", "reasoning"] {

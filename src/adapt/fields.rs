@@ -217,13 +217,24 @@ pub fn message_role<'a>(
     value: &'a Value,
     field: &str,
 ) -> Result<(&'a Map<String, Value>, &'a str), Reject> {
+    tagged_object(value, field, "message", "role")
+}
+
+/// An object (a message or turn) and its required string tag (`role`, `from`), with errors
+/// naming the field.
+pub fn tagged_object<'a>(
+    value: &'a Value,
+    field: &str,
+    noun: &str,
+    tag: &str,
+) -> Result<(&'a Map<String, Value>, &'a str), Reject> {
     let Value::Object(m) = value else {
         return Err(Reject::new(
             RejectReason::InvalidField,
-            format!("`{field}` is a {}, expected a message object", kind(value)),
+            format!("`{field}` is a {}, expected a {noun} object", kind(value)),
         ));
     };
-    let role = optional_str(m, "role")
+    let role = optional_str(m, tag)
         .map_err(|r| Reject {
             message: format!("`{field}`: {}", r.message),
             ..r
@@ -231,7 +242,7 @@ pub fn message_role<'a>(
         .ok_or_else(|| {
             Reject::new(
                 RejectReason::MissingField,
-                format!("`{field}.role` is missing"),
+                format!("`{field}.{tag}` is missing"),
             )
         })?;
     Ok((m, role))

@@ -30,7 +30,7 @@
 //! Metadata: `id`, `category`, `subcategory`, `task`.
 
 use super::calls::{parse_body, tool_call_blocks, tool_responses, TOOL_CALL_CLOSE, TOOL_CALL_OPEN};
-use super::fields::{content_text, kind, list_or_json_string, optional_str};
+use super::fields::{content_text, list_or_json_string, tagged_object};
 use super::{tools, Repairs, Row};
 use crate::conversation::{py_trim, Conversation, Message};
 use crate::reject::{Reject, RejectReason, Repair};
@@ -57,18 +57,7 @@ impl HermesAdapter {
         let mut messages = Vec::with_capacity(turns.len());
         for (i, turn) in turns.iter().enumerate() {
             let field = format!("conversations[{i}]");
-            let Value::Object(turn) = turn else {
-                return Err(Reject::new(
-                    RejectReason::InvalidField,
-                    format!("`{field}` is a {}, expected a turn object", kind(turn)),
-                ));
-            };
-            let from = optional_str(turn, "from")?.ok_or_else(|| {
-                Reject::new(
-                    RejectReason::MissingField,
-                    format!("`{field}.from` is missing"),
-                )
-            })?;
+            let (turn, from) = tagged_object(turn, &field, "turn", "from")?;
             let value_field = format!("{field}.value");
             let value = content_text(turn.get("value"), &value_field, repairs)?;
             match from {

@@ -29,7 +29,7 @@
 //! | reject | `unknown_role` | a role other than system, user, assistant, tool, function |
 
 use super::calls::{parse_body, tool_call_blocks, tool_responses};
-use super::fields::{content_text, kind, list_or_json_string, optional_str};
+use super::fields::{content_text, list_or_json_string, message_role};
 use super::{glaive, hermes, tools, Repairs, Row};
 use crate::conversation::{py_trim, Conversation, Message, Role};
 use crate::reject::{Reject, RejectReason, Repair};
@@ -49,18 +49,7 @@ impl Qwen35FcAdapter {
         let mut messages: Vec<Message> = Vec::with_capacity(raw.len());
         for (i, m) in raw.iter().enumerate() {
             let field = format!("messages[{i}]");
-            let Value::Object(m) = m else {
-                return Err(Reject::new(
-                    RejectReason::InvalidField,
-                    format!("`{field}` is a {}, expected a message object", kind(m)),
-                ));
-            };
-            let role = optional_str(m, "role")?.ok_or_else(|| {
-                Reject::new(
-                    RejectReason::MissingField,
-                    format!("`{field}.role` is missing"),
-                )
-            })?;
+            let (m, role) = message_role(m, &field)?;
             let content_field = format!("{field}.content");
             let content = content_text(m.get("content"), &content_field, repairs)?;
             match role {
