@@ -1,6 +1,9 @@
 use clap::Parser;
 use std::process::ExitCode;
 
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> ExitCode {
     let cli = chatshards::cli::Cli::parse();
     match chatshards::run(cli) {

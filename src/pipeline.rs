@@ -54,10 +54,10 @@ impl Tokenized {
     }
 }
 
-/// What became of one conversation after tokenization.
+/// What became of one conversation after tokenization; `K` is what a kept one carries.
 #[derive(Debug)]
-pub enum Outcome {
-    Kept(Vec<Tokenized>),
+pub enum Outcome<K> {
+    Kept(K),
     Rejected(Reject),
     Filtered(FilterReason),
     /// The encoder disagreed with the `tokenizers` crate on a spot-checked row.
@@ -153,7 +153,7 @@ impl RowProcessor {
 
     /// The full per-conversation path of a build after validation: tokenize, spot-check the
     /// encoder when asked, apply the length rules.
-    fn process(&self, conversation: &Conversation, spot_check: bool) -> Outcome {
+    fn process(&self, conversation: &Conversation, spot_check: bool) -> Outcome<Vec<Tokenized>> {
         let rows = match self.tokenize(conversation) {
             Ok(rows) => rows,
             Err(reject) => return Outcome::Rejected(reject),
@@ -197,8 +197,8 @@ impl RowProcessor {
 /// Where a run writes its side outputs and rows.
 pub struct Sinks<'a> {
     pub spill: &'a mut Spill,
-    pub rejects: &'a mut dyn Write,
-    pub conversations: &'a mut dyn Write,
+    pub rejects: &'a mut (dyn Write + Send),
+    pub conversations: &'a mut (dyn Write + Send),
 }
 
 /// Progress callbacks, so the pipeline never draws anything itself.
@@ -234,132 +234,278 @@ pub fn run(
     let mut sequence = 0u64;
     let mut all = Vec::with_capacity(plan.sources.len());
     for (index, source) in plan.sources.iter().enumerate() {
-        let mut run = SourceRun {
-            plan,
-            processor,
-            index: index as u16,
-            stats: SourceStats::default(),
-            sequence: &mut sequence,
-            deduper: deduper.as_mut(),
-        };
-        run.run(sinks, progress)?;
-        progress.source_finished(&source.name, &run.stats);
-        all.push(run.stats);
+        let stats = run_source(
+            Stage {
+                plan,
+                processor,
+                index: index as u16,
+            },
+            deduper.as_mut(),
+            &mut sequence,
+            sinks,
+            progress,
+        )?;
+        progress.source_finished(&source.name, &stats);
+        all.push(stats);
     }
     Ok(all)
 }
 
-struct SourceRun<'a> {
+/// What the parallel stages of one source need (shared, read-only).
+#[derive(Clone, Copy)]
+struct Stage<'a> {
     plan: &'a Plan,
     processor: &'a RowProcessor,
     index: u16,
-    stats: SourceStats,
-    sequence: &'a mut u64,
-    deduper: Option<&'a mut Deduper>,
 }
 
-/// A row after adapt + validate (run in parallel).
-type Prepared = Result<(Conversation, Repairs, Option<Fingerprint>), Skip>;
+/// One input row after the parallel stages: everything the in-order commit needs.
+struct Processed {
+    file: usize,
+    row: u64,
+    result: Result<Ready, Skip>,
+}
 
-impl SourceRun<'_> {
+/// A row that passed adapt + validate.
+struct Ready {
+    repairs: Repairs,
+    /// `Some` when dedup is on.
+    fingerprint: Option<Fingerprint>,
+    /// `None` for a duplicate (decided before tokenizing, in input order).
+    work: Option<Worked>,
+}
+
+struct Worked {
+    outcome: Outcome<KeptRows>,
+    /// Whether the row was spot-checked against the reference encoder.
+    checked: bool,
+}
+
+/// A kept conversation, serialized for the writers.
+struct KeptRows {
+    /// Its `conversations.jsonl` line.
+    line: String,
+    rows: Vec<TokenRow>,
+    truncated_rows: u64,
+}
+
+impl Stage<'_> {
     fn source(&self) -> &crate::plan::SourcePlan {
         &self.plan.sources[self.index as usize]
     }
 
-    fn run(&mut self, sinks: &mut Sinks, progress: &dyn Progress) -> Result<(), RunError> {
-        let source = self.source();
-        let files = source.files.clone();
-        let limit = match source.take {
-            Take::All => None,
-            Take::Rows(n) => Some(n),
-        };
-        progress.source_started(&source.name, limit);
-        if limit == Some(0) {
-            return Ok(());
-        }
-        let (tx, rx) = sync_channel::<Vec<RawRow>>(4);
-        std::thread::scope(|scope| -> Result<(), RunError> {
-            let reader = scope.spawn(move || {
-                let mut batch = Vec::with_capacity(BATCH_ROWS);
-                let mut open = true;
-                let result = read_files(&files, &mut |row| {
-                    batch.push(row);
-                    if batch.len() == BATCH_ROWS {
-                        open = tx.send(std::mem::take(&mut batch)).is_ok();
-                    }
-                    open
-                });
-                if open && !batch.is_empty() {
-                    let _ = tx.send(batch);
-                }
-                result
-            });
-            for batch in rx.iter() {
-                let done = self.batch(batch, limit, sinks)?;
-                progress.rows_done(self.stats.read, self.stats.kept, self.stats.tokens);
-                if done {
-                    break;
-                }
-            }
-            // Dropping the receiver (end of scope) makes a reader that is still going stop.
-            drop(rx);
-            match reader.join() {
-                Ok(result) => result.map_err(RunError::from),
-                Err(panic) => std::panic::resume_unwind(panic),
-            }
-        })
+    fn sample_id(&self, file: usize, row: u64) -> String {
+        // Stable across runs: source name, file index and record index within the file.
+        format!("{}:{}:{}", self.source().name, file, row)
     }
 
-    /// Processes one batch; returns true once the source's `take` is satisfied.
-    fn batch(
-        &mut self,
+    /// The parallel part of a batch: adapt + validate, dedup (sequential, input order), then
+    /// render + tokenize + serialize. Returns the rows and the fingerprints first seen here.
+    fn process(
+        &self,
         batch: Vec<RawRow>,
-        limit: Option<u64>,
-        sinks: &mut Sinks,
-    ) -> Result<bool, RunError> {
+        deduper: Option<&mut Deduper>,
+    ) -> (Vec<Processed>, Vec<Fingerprint>) {
         let processor = self.processor;
         let adapter: &Adapter = &self.source().adapter;
-        let dedup = self.deduper.is_some();
-        let prepared: Vec<Prepared> = batch
-            .par_iter()
+        let dedup = deduper.is_some();
+        let mut prepared: Vec<(usize, u64, Result<Ready, Skip>, Option<Conversation>)> = batch
+            .into_par_iter()
             .map(|raw| {
-                let value = raw
-                    .value
-                    .as_ref()
-                    .map_err(|e| Reject::new(RejectReason::InvalidJson, e.clone()))?;
-                let mut repairs = Repairs::new();
-                let conversation = adapter.prepare(value, &mut repairs)?;
-                let conversation = processor.validator.validate(conversation, &mut repairs)?;
-                let fp = dedup.then(|| fingerprint(&conversation));
-                Ok((conversation, repairs, fp))
+                let result = (|| {
+                    let value = raw
+                        .value
+                        .as_ref()
+                        .map_err(|e| Reject::new(RejectReason::InvalidJson, e.clone()))?;
+                    let mut repairs = Repairs::new();
+                    let conversation = adapter.prepare(value, &mut repairs)?;
+                    let conversation = processor.validator.validate(conversation, &mut repairs)?;
+                    let fingerprint = dedup.then(|| fingerprint(&conversation));
+                    Ok((conversation, repairs, fingerprint))
+                })();
+                match result {
+                    Ok((conversation, repairs, fingerprint)) => {
+                        let ready = Ready {
+                            repairs,
+                            fingerprint,
+                            work: None,
+                        };
+                        (raw.file, raw.row, Ok(ready), Some(conversation))
+                    }
+                    Err(skip) => (raw.file, raw.row, Err(skip), None),
+                }
             })
             .collect();
         // Dedup decides in input order, so the first occurrence always wins.
-        let duplicate: Vec<bool> = prepared
-            .iter()
-            .map(|p| match (p, self.deduper.as_mut()) {
-                (Ok((_, _, Some(fp))), Some(d)) => d.is_duplicate(*fp),
-                _ => false,
-            })
-            .collect();
-        let outcomes: Vec<Option<(Outcome, bool)>> = prepared
-            .par_iter()
-            .zip(duplicate.par_iter())
-            .zip(batch.par_iter())
-            .map(|((p, &dup), raw)| match p {
-                Ok((conversation, _, _)) if !dup => {
-                    let check = processor.spot_checked(&self.sample_id(raw));
-                    Some((processor.process(conversation, check), check))
+        let mut first_seen = Vec::new();
+        let mut keep = vec![true; prepared.len()];
+        if let Some(deduper) = deduper {
+            for ((_, _, result, _), keep) in prepared.iter().zip(&mut keep) {
+                if let Ok(Ready {
+                    fingerprint: Some(fp),
+                    ..
+                }) = result
+                {
+                    *keep = !deduper.is_duplicate(*fp);
+                    if *keep {
+                        first_seen.push(*fp);
+                    }
                 }
-                _ => None,
+            }
+        }
+        let rows = prepared
+            .par_iter_mut()
+            .zip(keep.into_par_iter())
+            .map(|((file, row, result, conversation), keep)| {
+                if let (Ok(ready), Some(conversation), true) = (&mut *result, conversation, keep) {
+                    ready.work = Some(self.work(*file, *row, conversation));
+                }
+                let result = std::mem::replace(result, Err(Skip::Filtered(FilterReason::TakeLimit)));
+                Processed {
+                    file: *file,
+                    row: *row,
+                    result,
+                }
             })
             .collect();
+        (rows, first_seen)
+    }
+
+    /// Tokenizes one conversation and, when kept, serializes what the writers need.
+    fn work(&self, file: usize, row: u64, conversation: &Conversation) -> Worked {
+        let id = self.sample_id(file, row);
+        let checked = self.processor.spot_checked(&id);
+        let outcome = match self.processor.process(conversation, checked) {
+            Outcome::Kept(rows) => Outcome::Kept(self.serialize(&id, conversation, rows)),
+            Outcome::Rejected(r) => Outcome::Rejected(r),
+            Outcome::Filtered(f) => Outcome::Filtered(f),
+            Outcome::EncoderMismatch(m) => Outcome::EncoderMismatch(m),
+        };
+        Worked { outcome, checked }
+    }
+
+    fn serialize(&self, id: &str, conversation: &Conversation, rows: Vec<Tokenized>) -> KeptRows {
+        let record = to_sharegpt_record(conversation, id, &self.source().name);
+        let mut line = record.to_string();
+        line.push('\n');
+        let truncated_rows = rows.iter().filter(|r| r.truncated).count() as u64;
+        let rows = rows
+            .into_iter()
+            .map(|r| {
+                let sample_id = format!("{id}:{}", r.segment);
+                TokenRow {
+                    // Replaced by the arrival sequence, in order, when not shuffling.
+                    key: if self.plan.shuffle {
+                        shuffle_key(self.plan.seed, &sample_id)
+                    } else {
+                        0
+                    },
+                    sample_id,
+                    source: self.index,
+                    ids: r.ids,
+                    mask: r.mask,
+                }
+            })
+            .collect();
+        KeptRows {
+            line,
+            rows,
+            truncated_rows,
+        }
+    }
+}
+
+/// Streams one source: a reader thread fills batches; each batch is processed in parallel while
+/// the previous one is committed in input order, so writing overlaps tokenizing.
+fn run_source(
+    stage: Stage,
+    mut deduper: Option<&mut Deduper>,
+    sequence: &mut u64,
+    sinks: &mut Sinks,
+    progress: &dyn Progress,
+) -> Result<SourceStats, RunError> {
+    let source = stage.source();
+    let files = source.files.clone();
+    let limit = match source.take {
+        Take::All => None,
+        Take::Rows(n) => Some(n),
+    };
+    progress.source_started(&source.name, limit);
+    let mut commit = Commit {
+        stage,
+        limit,
+        stats: SourceStats::default(),
+        sequence,
+    };
+    if limit == Some(0) {
+        return Ok(commit.stats);
+    }
+    let (tx, rx) = sync_channel::<Vec<RawRow>>(4);
+    std::thread::scope(|scope| -> Result<(), RunError> {
+        let reader = scope.spawn(move || {
+            let mut batch = Vec::with_capacity(BATCH_ROWS);
+            let mut open = true;
+            let result = read_files(&files, &mut |row| {
+                batch.push(row);
+                if batch.len() == BATCH_ROWS {
+                    open = tx.send(std::mem::take(&mut batch)).is_ok();
+                }
+                open
+            });
+            if open && !batch.is_empty() {
+                let _ = tx.send(batch);
+            }
+            result
+        });
+        let mut pending: Option<Vec<Processed>> = None;
         let mut done = false;
-        for ((raw, prepared), (outcome, dup)) in batch
-            .iter()
-            .zip(prepared)
-            .zip(outcomes.into_iter().zip(duplicate))
-        {
+        for batch in rx.iter() {
+            let ((rows, first_seen), committed) = rayon::join(
+                || stage.process(batch, deduper.as_deref_mut()),
+                || match pending.take() {
+                    Some(rows) => commit.batch(rows, sinks),
+                    None => Ok(false),
+                },
+            );
+            progress.rows_done(commit.stats.read, commit.stats.kept, commit.stats.tokens);
+            if committed? {
+                // The `take` is met: this batch was never needed. Forget its first occurrences
+                // so that later sources are deduplicated exactly as if it had not been read.
+                if let Some(d) = deduper.as_deref_mut() {
+                    first_seen.iter().for_each(|fp| d.forget(fp));
+                }
+                done = true;
+                break;
+            }
+            pending = Some(rows);
+        }
+        if let (Some(rows), false) = (pending, done) {
+            commit.batch(rows, sinks)?;
+            progress.rows_done(commit.stats.read, commit.stats.kept, commit.stats.tokens);
+        }
+        // Dropping the receiver (end of scope) makes a reader that is still going stop.
+        drop(rx);
+        match reader.join() {
+            Ok(result) => result.map_err(RunError::from),
+            Err(panic) => std::panic::resume_unwind(panic),
+        }
+    })?;
+    Ok(commit.stats)
+}
+
+/// The in-order part of a source: accounting, side outputs, spilling.
+struct Commit<'a, 's> {
+    stage: Stage<'a>,
+    limit: Option<u64>,
+    stats: SourceStats,
+    sequence: &'s mut u64,
+}
+
+impl Commit<'_, '_> {
+    /// Commits one processed batch; returns true once the source's `take` is satisfied.
+    fn batch(&mut self, rows: Vec<Processed>, sinks: &mut Sinks) -> Result<bool, RunError> {
+        let mut done = false;
+        for processed in rows {
             self.stats.read += 1;
             if done {
                 *self
@@ -369,10 +515,10 @@ impl SourceRun<'_> {
                     .or_default() += 1;
                 continue;
             }
-            let (conversation, repairs) = match prepared {
-                Ok((c, r, _)) => (c, r),
+            let ready = match processed.result {
+                Ok(ready) => ready,
                 Err(Skip::Rejected(reject)) => {
-                    self.reject(raw, &reject, sinks)?;
+                    self.reject(processed.file, processed.row, &reject, sinks)?;
                     continue;
                 }
                 Err(Skip::Filtered(reason)) => {
@@ -380,50 +526,37 @@ impl SourceRun<'_> {
                     continue;
                 }
             };
-            if dup {
+            let Some(work) = ready.work else {
                 self.stats.deduplicated += 1;
                 continue;
-            }
-            let outcome = outcome.map(|(o, checked)| {
-                self.stats.encoder_checked_rows += u64::from(checked);
-                o
-            });
-            match outcome {
-                Some(Outcome::EncoderMismatch(detail)) => {
+            };
+            self.stats.encoder_checked_rows += u64::from(work.checked);
+            match work.outcome {
+                Outcome::EncoderMismatch(detail) => {
+                    let source = self.stage.source();
                     return Err(RunError::EncoderMismatch {
-                        row: format!("{} row {}", self.source().display_files[raw.file], raw.row),
+                        row: format!("{} row {}", source.display_files[processed.file], processed.row),
                         detail,
-                    })
+                    });
                 }
-                Some(Outcome::Kept(rows)) => {
-                    self.keep(raw, &conversation, &repairs, rows, sinks)?;
-                    done = limit.is_some_and(|n| self.stats.kept >= n);
+                Outcome::Kept(kept) => {
+                    self.keep(&ready.repairs, kept, sinks)?;
+                    done = self.limit.is_some_and(|n| self.stats.kept >= n);
                 }
-                Some(Outcome::Rejected(reject)) => self.reject(raw, &reject, sinks)?,
-                Some(Outcome::Filtered(reason)) => {
+                Outcome::Rejected(reject) => {
+                    self.reject(processed.file, processed.row, &reject, sinks)?
+                }
+                Outcome::Filtered(reason) => {
                     *self.stats.filtered.entry(reason).or_default() += 1
                 }
-                None => {}
             }
         }
         Ok(done)
     }
 
-    fn sample_id(&self, raw: &RawRow) -> String {
-        // Stable across runs: source name, file index and record index within the file.
-        format!("{}:{}:{}", self.source().name, raw.file, raw.row)
-    }
-
-    fn keep(
-        &mut self,
-        raw: &RawRow,
-        conversation: &Conversation,
-        repairs: &Repairs,
-        rows: Vec<Tokenized>,
-        sinks: &mut Sinks,
-    ) -> Result<(), RunError> {
-        let id = self.sample_id(raw);
+    fn keep(&mut self, repairs: &Repairs, kept: KeptRows, sinks: &mut Sinks) -> Result<(), RunError> {
         self.stats.kept += 1;
+        self.stats.truncated_rows += kept.truncated_rows;
         let mut seen = Vec::new();
         for r in repairs {
             if !seen.contains(r) {
@@ -431,38 +564,37 @@ impl SourceRun<'_> {
                 *self.stats.repaired.entry(*r).or_default() += 1;
             }
         }
-        let record = to_sharegpt_record(conversation, &id, &self.source().name);
-        write_line(sinks.conversations, &record, "conversations.jsonl")?;
-        for row in rows {
-            let sample_id = format!("{id}:{}", row.segment);
-            let key = if self.plan.shuffle {
-                shuffle_key(self.plan.seed, &sample_id)
-            } else {
-                *self.sequence
-            };
+        sinks
+            .conversations
+            .write_all(kept.line.as_bytes())
+            .map_err(|e| RunError::SideOutput("conversations.jsonl".to_owned(), e))?;
+        for mut row in kept.rows {
+            if !self.stage.plan.shuffle {
+                row.key = *self.sequence;
+            }
             *self.sequence += 1;
+            let supervised = row.mask.iter().filter(|&&m| m == 1).count();
             self.stats.rows += 1;
             self.stats.tokens += row.ids.len() as u64;
-            self.stats.supervised_tokens += row.supervised() as u64;
-            self.stats.truncated_rows += u64::from(row.truncated);
-            sinks.spill.push(&TokenRow {
-                key,
-                sample_id,
-                source: self.index,
-                ids: row.ids,
-                mask: row.mask,
-            })?;
+            self.stats.supervised_tokens += supervised as u64;
+            sinks.spill.push(&row)?;
         }
         Ok(())
     }
 
-    fn reject(&mut self, raw: &RawRow, reject: &Reject, sinks: &mut Sinks) -> Result<(), RunError> {
+    fn reject(
+        &mut self,
+        file: usize,
+        row: u64,
+        reject: &Reject,
+        sinks: &mut Sinks,
+    ) -> Result<(), RunError> {
         *self.stats.rejected.entry(reject.reason).or_default() += 1;
-        let source = self.source();
+        let source = self.stage.source();
         let record = serde_json::json!({
             "source": source.name,
-            "file": source.display_files[raw.file],
-            "row": raw.row,
+            "file": source.display_files[file],
+            "row": row,
             "reason": reject.reason.code(),
             "message": reject.message,
         });

@@ -30,4 +30,9 @@ impl Deduper {
     pub fn is_duplicate(&mut self, fingerprint: Fingerprint) -> bool {
         !self.seen.insert(fingerprint)
     }
+
+    /// Undoes the first sighting of `fingerprint` (for rows read ahead but never used).
+    pub fn forget(&mut self, fingerprint: &Fingerprint) {
+        self.seen.remove(fingerprint);
+    }
 }
