@@ -1,6 +1,7 @@
 use clap::Parser;
 use std::process::ExitCode;
 
+// Many small allocations per row (strings, JSON values, token vectors): see Cargo.toml.
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 

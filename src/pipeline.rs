@@ -360,7 +360,8 @@ impl Stage<'_> {
                 if let (Ok(ready), Some(conversation), true) = (&mut *result, conversation, keep) {
                     ready.work = Some(self.work(*file, *row, conversation));
                 }
-                let result = std::mem::replace(result, Err(Skip::Filtered(FilterReason::TakeLimit)));
+                let result =
+                    std::mem::replace(result, Err(Skip::Filtered(FilterReason::TakeLimit)));
                 Processed {
                     file: *file,
                     row: *row,
@@ -535,7 +536,10 @@ impl Commit<'_, '_> {
                 Outcome::EncoderMismatch(detail) => {
                     let source = self.stage.source();
                     return Err(RunError::EncoderMismatch {
-                        row: format!("{} row {}", source.display_files[processed.file], processed.row),
+                        row: format!(
+                            "{} row {}",
+                            source.display_files[processed.file], processed.row
+                        ),
                         detail,
                     });
                 }
@@ -546,15 +550,18 @@ impl Commit<'_, '_> {
                 Outcome::Rejected(reject) => {
                     self.reject(processed.file, processed.row, &reject, sinks)?
                 }
-                Outcome::Filtered(reason) => {
-                    *self.stats.filtered.entry(reason).or_default() += 1
-                }
+                Outcome::Filtered(reason) => *self.stats.filtered.entry(reason).or_default() += 1,
             }
         }
         Ok(done)
     }
 
-    fn keep(&mut self, repairs: &Repairs, kept: KeptRows, sinks: &mut Sinks) -> Result<(), RunError> {
+    fn keep(
+        &mut self,
+        repairs: &Repairs,
+        kept: KeptRows,
+        sinks: &mut Sinks,
+    ) -> Result<(), RunError> {
         self.stats.kept += 1;
         self.stats.truncated_rows += kept.truncated_rows;
         let mut seen = Vec::new();

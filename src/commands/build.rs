@@ -91,13 +91,22 @@ pub fn run(args: &BuildArgs, printer: &Printer) -> Result<()> {
     }
 
     let source_names = Arc::new(plan.sources.iter().map(|s| s.name.clone()).collect());
-    let shards = write_shards(
-        &staging,
-        spill,
-        total_rows,
-        plan.rows_per_shard,
-        source_names,
-    )?;
+    let (shards, input_files) = std::thread::scope(|scope| {
+        // Hashing the inputs (gigabytes for a full build) overlaps writing the shards.
+        let inputs = scope.spawn(|| input_files(&plan));
+        let shards = write_shards(
+            &staging,
+            spill,
+            total_rows,
+            plan.rows_per_shard,
+            source_names,
+        );
+        match inputs.join() {
+            Ok(files) => (shards, files),
+            Err(panic) => std::panic::resume_unwind(panic),
+        }
+    });
+    let (shards, input_files) = (shards?, input_files?);
     fs::remove_dir_all(&spill_dir).ok();
 
     let files: Vec<String> = shards.iter().map(|s| s.file.clone()).collect();
@@ -116,7 +125,7 @@ pub fn run(args: &BuildArgs, printer: &Printer) -> Result<()> {
         &staging.join("state.json"),
         &write::state_json(&files, &fingerprint[..16]),
     )?;
-    let manifest = manifest(&plan, named, shards, &backend)?;
+    let manifest = manifest(&plan, named, shards, input_files, &backend);
     let manifest_json = write::pretty(&serde_json::to_value(&manifest)?);
     write_file(&staging.join("manifest.json"), &manifest_json)?;
 
@@ -186,6 +195,8 @@ fn check_output_dir(out: &Path) -> Result<()> {
     Ok(())
 }
 
+/// Appends the spilled rows to the shards in key order. A reader thread loads and sorts the
+/// next bucket while the current one is written.
 fn write_shards(
     dir: &Path,
     spill: Spill,
@@ -194,48 +205,47 @@ fn write_shards(
     sources: Arc<Vec<String>>,
 ) -> Result<Vec<write::ShardSummary>> {
     let count = total_rows.div_ceil(rows_per_shard as u64) as usize;
-    let mut shards = Vec::with_capacity(count);
-    let mut current: Option<ShardWriter> = None;
-    for bucket in spill.finish()? {
-        for row in read_bucket(&bucket)? {
-            let writer = match current.as_mut() {
-                Some(w) => w,
-                None => current.insert(ShardWriter::create(
-                    dir,
-                    shard_name(shards.len(), count),
-                    sources.clone(),
-                )?),
-            };
-            writer.push(row)?;
-            if writer.rows() == rows_per_shard as u64 {
-                if let Some(w) = current.take() {
-                    shards.push(w.finish()?);
+    let buckets = spill.finish()?;
+    let (tx, rx) = std::sync::mpsc::sync_channel(1);
+    std::thread::scope(|scope| {
+        scope.spawn(move || {
+            for bucket in buckets {
+                let rows = read_bucket(&bucket);
+                fs::remove_file(&bucket).ok();
+                if tx.send(rows).is_err() {
+                    break;
+                }
+            }
+        });
+        let mut shards = Vec::with_capacity(count);
+        let mut current: Option<ShardWriter> = None;
+        for rows in rx {
+            for row in rows? {
+                let writer = match current.as_mut() {
+                    Some(w) => w,
+                    None => current.insert(ShardWriter::create(
+                        dir,
+                        shard_name(shards.len(), count),
+                        sources.clone(),
+                    )?),
+                };
+                writer.push(row)?;
+                if writer.rows() == rows_per_shard as u64 {
+                    if let Some(w) = current.take() {
+                        shards.push(w.finish()?);
+                    }
                 }
             }
         }
-        fs::remove_file(&bucket).ok();
-    }
-    if let Some(w) = current.take() {
-        shards.push(w.finish()?);
-    }
-    Ok(shards)
+        if let Some(w) = current.take() {
+            shards.push(w.finish()?);
+        }
+        Ok(shards)
+    })
 }
 
-fn manifest(
-    plan: &Plan,
-    sources: Vec<(String, SourceStats)>,
-    shards: Vec<write::ShardSummary>,
-    backend: &BackendReport,
-) -> Result<Manifest> {
-    let encoder = Encoder {
-        requested: backend.requested,
-        used: backend.used,
-        fallback_reason: backend.fallback_reason.clone(),
-        probe_texts: backend.probe_texts,
-        verify_percent: f64::from(plan.verify_basis_points) / 100.0,
-        verified_rows: sources.iter().map(|(_, s)| s.encoder_checked_rows).sum(),
-        mismatches: 0,
-    };
+/// Size and SHA-256 of every input file, for the manifest.
+fn input_files(plan: &Plan) -> Result<Vec<InputFile>> {
     let mut files = Vec::new();
     for source in &plan.sources {
         for (path, shown) in source.files.iter().zip(&source.display_files) {
@@ -248,10 +258,29 @@ fn manifest(
             });
         }
     }
+    Ok(files)
+}
+
+fn manifest(
+    plan: &Plan,
+    sources: Vec<(String, SourceStats)>,
+    shards: Vec<write::ShardSummary>,
+    files: Vec<InputFile>,
+    backend: &BackendReport,
+) -> Manifest {
+    let encoder = Encoder {
+        requested: backend.requested,
+        used: backend.used,
+        fallback_reason: backend.fallback_reason.clone(),
+        probe_texts: backend.probe_texts,
+        verify_percent: f64::from(plan.verify_basis_points) / 100.0,
+        verified_rows: sources.iter().map(|(_, s)| s.encoder_checked_rows).sum(),
+        mismatches: 0,
+    };
     let rows = shards.iter().map(|s| s.rows).sum();
     let tokens = sources.iter().map(|(_, s)| s.tokens).sum();
     let supervised_tokens = sources.iter().map(|(_, s)| s.supervised_tokens).sum();
-    Ok(Manifest {
+    Manifest {
         tool: Tool::current(),
         name: plan.name.clone(),
         inputs: Inputs {
@@ -290,7 +319,7 @@ fn manifest(
         encoder,
         sources: sources.into_iter().collect(),
         shards,
-    })
+    }
 }
 
 /// Size and SHA-256 of a file, streamed (input files can be gigabytes).

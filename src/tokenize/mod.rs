@@ -5,6 +5,7 @@
 //! linear pass ([`mask`]), then checked against the assistant spans found in the text.
 
 pub mod fast;
+mod file;
 pub mod mask;
 mod vocab;
 
@@ -109,17 +110,41 @@ impl Tokenizer {
         json: &[u8],
         backend: Backend,
     ) -> Result<(Self, BackendReport), TokenizerError> {
-        let mut tokenizer = Self::from_json_bytes(json)?;
+        // The `tokenizers` crate's own load is the longest step (about a second for a 250K
+        // vocabulary); the file is read and the fast encoder built on this thread meanwhile.
+        let (hf, own) = std::thread::scope(|scope| {
+            let hf = scope.spawn(|| tokenizers::Tokenizer::from_bytes(json));
+            let own = file::TokenizerFile::parse(json).map(|file| {
+                let bytes = TokenBytes::from_file(&file);
+                let fast = (backend != Backend::Hf).then(|| fast::FastParts::new(&file, false));
+                (bytes, fast)
+            });
+            match hf.join() {
+                Ok(hf) => (hf, own),
+                Err(panic) => std::panic::resume_unwind(panic),
+            }
+        });
+        let hf = std::sync::Arc::new(hf.map_err(|e| TokenizerError::Parse(e.to_string()))?);
+        vocab::check_byte_level(&hf)?;
+        let (bytes, fast_parts) = match own {
+            Ok(own) => own,
+            // `tokenizers` read it, so only our reading failed: keep its table, refuse `fast`.
+            Err(reason) => (
+                TokenBytes::from_tokenizer(&hf)?,
+                (backend != Backend::Hf).then_some(Err(reason)),
+            ),
+        };
+        let mut tokenizer = Self::assemble(hf, bytes)?;
         let mut report = BackendReport {
             requested: backend,
             used: Backend::Hf,
             fallback_reason: None,
             probe_texts: 0,
         };
-        if backend == Backend::Hf {
+        let Some(parts) = fast_parts else {
             return Ok((tokenizer, report));
-        }
-        match tokenizer.checked_fast_encoder(json) {
+        };
+        match tokenizer.checked_fast_encoder(parts) {
             Ok((fast, probes)) => {
                 tokenizer.encoder = Box::new(fast);
                 report.used = Backend::Fast;
@@ -133,8 +158,11 @@ impl Tokenizer {
 
     /// The fast encoder, if the tokenizer qualifies and it gives the same ids as the current
     /// (`tokenizers`) encoder on every probe text.
-    fn checked_fast_encoder(&self, json: &[u8]) -> Result<(fast::FastEncoder, usize), String> {
-        let encoder = fast::FastEncoder::new(json, &self.hf)?;
+    fn checked_fast_encoder(
+        &self,
+        parts: Result<fast::FastParts, String>,
+    ) -> Result<(fast::FastEncoder, usize), String> {
+        let encoder = fast::FastEncoder::assemble(parts, &self.hf)?;
         let mut added: Vec<String> = self
             .hf
             .get_added_tokens_decoder()
@@ -151,12 +179,15 @@ impl Tokenizer {
         hf_encode(&self.hf, text)
     }
 
+    /// Loads with the `tokenizers` crate as encoder.
     pub fn from_json_bytes(json: &[u8]) -> Result<Self, TokenizerError> {
-        let hf = std::sync::Arc::new(
-            tokenizers::Tokenizer::from_bytes(json)
-                .map_err(|e| TokenizerError::Parse(e.to_string()))?,
-        );
-        let bytes = TokenBytes::from_tokenizer(&hf)?;
+        Self::from_json_bytes_with_backend(json, Backend::Hf).map(|(t, _)| t)
+    }
+
+    fn assemble(
+        hf: std::sync::Arc<tokenizers::Tokenizer>,
+        bytes: TokenBytes,
+    ) -> Result<Self, TokenizerError> {
         let encoder = HfEncoder {
             tokenizer: std::sync::Arc::clone(&hf),
         };

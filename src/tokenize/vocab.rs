@@ -41,16 +41,34 @@ pub struct TokenBytes {
 }
 
 impl TokenBytes {
+    /// The table of a byte-level tokenizer, from the `tokenizers` crate's view of it.
     pub fn from_tokenizer(tokenizer: &tokenizers::Tokenizer) -> Result<Self, TokenizerError> {
-        use tokenizers::decoders::DecoderWrapper;
-        if !matches!(tokenizer.get_decoder(), Some(DecoderWrapper::ByteLevel(_))) {
-            return Err(TokenizerError::NotByteLevel);
-        }
-        let char_to_byte = byte_level_inverse();
-        let mut entries: Vec<(u32, Vec<u8>)> = tokenizer
-            .get_vocab(false)
+        check_byte_level(tokenizer)?;
+        let vocab = tokenizer.get_vocab(false).into_iter();
+        let added = tokenizer
+            .get_added_tokens_decoder()
             .into_iter()
-            .map(|(token, id)| {
+            .map(|(id, t)| (id, t.content));
+        Ok(Self::from_entries(vocab.map(|(t, id)| (id, t)), added))
+    }
+
+    /// The same table from the file read directly; call [`check_byte_level`] on the
+    /// `tokenizers` view too.
+    pub(crate) fn from_file(file: &super::file::TokenizerFile) -> Self {
+        let vocab = file.model.vocab.0.iter().map(|(t, id)| (*id, t.clone()));
+        let added = file.added_tokens.iter().map(|t| (t.id, t.content.clone()));
+        Self::from_entries(vocab, added)
+    }
+
+    /// `vocab`: byte-level token strings; `added`: added tokens, whose content is their bytes
+    /// (they win over a vocabulary entry with the same id).
+    fn from_entries(
+        vocab: impl Iterator<Item = (u32, String)>,
+        added: impl Iterator<Item = (u32, String)>,
+    ) -> Self {
+        let char_to_byte = byte_level_inverse();
+        let mut entries: Vec<(u32, Vec<u8>)> = vocab
+            .map(|(id, token)| {
                 let bytes = token
                     .chars()
                     .map(|c| char_to_byte(c).unwrap_or(b'?'))
@@ -58,9 +76,7 @@ impl TokenBytes {
                 (id, bytes)
             })
             .collect();
-        for (id, added) in tokenizer.get_added_tokens_decoder() {
-            entries.push((id, added.content.into_bytes()));
-        }
+        entries.extend(added.map(|(id, content)| (id, content.into_bytes())));
         let size = entries
             .iter()
             .map(|(id, _)| *id as usize + 1)
@@ -77,7 +93,7 @@ impl TokenBytes {
             data.extend_from_slice(&bytes);
             offsets.push(data.len() as u32);
         }
-        Ok(TokenBytes { offsets, data })
+        TokenBytes { offsets, data }
     }
 
     /// The bytes of `id` (empty for an id outside the vocabulary).
@@ -87,6 +103,15 @@ impl TokenBytes {
             (Some(&a), Some(&b)) => &self.data[a as usize..b as usize],
             _ => &[],
         }
+    }
+}
+
+/// Token bytes are only defined for byte-level vocabularies (decoder `ByteLevel`).
+pub(crate) fn check_byte_level(tokenizer: &tokenizers::Tokenizer) -> Result<(), TokenizerError> {
+    use tokenizers::decoders::DecoderWrapper;
+    match tokenizer.get_decoder() {
+        Some(DecoderWrapper::ByteLevel(_)) => Ok(()),
+        _ => Err(TokenizerError::NotByteLevel),
     }
 }
 

@@ -2,8 +2,9 @@
 //! nullable, hashed while written, and renamed into place only when complete.
 
 use super::{TokenRow, WriteError};
-use arrow_array::builder::{Int32Builder, Int8Builder, ListBuilder, StringBuilder};
-use arrow_array::{ArrayRef, Int64Array, RecordBatch};
+use arrow_array::builder::StringBuilder;
+use arrow_array::{ArrayRef, Int32Array, Int64Array, Int8Array, ListArray, RecordBatch};
+use arrow_buffer::{OffsetBuffer, ScalarBuffer};
 use arrow_ipc::writer::StreamWriter;
 use arrow_schema::{DataType, Field, Schema};
 use serde::Serialize;
@@ -123,18 +124,23 @@ impl ShardWriter {
         }
         let rows = std::mem::take(&mut self.pending);
         let tokens: usize = rows.iter().map(|r| r.ids.len()).sum();
-        let mut ids = ListBuilder::with_capacity(Int32Builder::with_capacity(tokens), rows.len());
-        let mut mask = ListBuilder::with_capacity(Int8Builder::with_capacity(tokens), rows.len());
+        // Built from plain buffers (no null buffers, like builders without nulls write them).
+        let mut offsets = Vec::with_capacity(rows.len() + 1);
+        let mut ids: Vec<i32> = Vec::with_capacity(tokens);
+        let mut mask: Vec<i8> = Vec::with_capacity(tokens);
         let mut sample_ids = StringBuilder::new();
         let mut sources = StringBuilder::new();
         let mut seq_len = Vec::with_capacity(rows.len());
+        offsets.push(0i32);
         for row in &rows {
             // Token ids fit in i32: vocabularies are far below 2^31.
-            ids.values().append_slice(bytemuck_ids(&row.ids).as_slice());
-            ids.append(true);
-            mask.values()
-                .append_slice(&row.mask.iter().map(|&m| m as i8).collect::<Vec<_>>());
-            mask.append(true);
+            ids.extend(row.ids.iter().map(|&i| i as i32));
+            mask.extend(row.mask.iter().map(|&m| m as i8));
+            let end = i32::try_from(ids.len()).map_err(|_| WriteError::Arrow {
+                path: self.path.clone(),
+                message: "a record batch exceeds 2^31 tokens".into(),
+            })?;
+            offsets.push(end);
             seq_len.push(row.ids.len() as i64);
             sample_ids.append_value(&row.sample_id);
             sources.append_value(
@@ -144,9 +150,18 @@ impl ShardWriter {
                     .unwrap_or_default(),
             );
         }
+        let offsets = OffsetBuffer::new(ScalarBuffer::from(offsets));
+        let list = |item: DataType, values: ArrayRef| {
+            ListArray::new(
+                Arc::new(Field::new("item", item, true)),
+                offsets.clone(),
+                values,
+                None,
+            )
+        };
         let columns: Vec<ArrayRef> = vec![
-            Arc::new(ids.finish()),
-            Arc::new(mask.finish()),
+            Arc::new(list(DataType::Int32, Arc::new(Int32Array::from(ids)))),
+            Arc::new(list(DataType::Int8, Arc::new(Int8Array::from(mask)))),
             Arc::new(Int64Array::from(seq_len)),
             Arc::new(sample_ids.finish()),
             Arc::new(sources.finish()),
@@ -191,8 +206,4 @@ impl ShardWriter {
             sha256,
         })
     }
-}
-
-fn bytemuck_ids(ids: &[u32]) -> Vec<i32> {
-    ids.iter().map(|&i| i as i32).collect()
 }

@@ -7,8 +7,9 @@ use std::fs::File;
 use std::io::{BufReader, BufWriter, Read, Write};
 use std::path::{Path, PathBuf};
 
-/// Rows per bucket when not shuffling (keys are sequence numbers).
-const SEQUENTIAL_BUCKET_ROWS: u64 = 1 << 16;
+/// Rows per bucket when not shuffling (keys are sequence numbers): small enough that a few
+/// buckets in memory at once stay far below the memory budget, even for long rows.
+const SEQUENTIAL_BUCKET_ROWS: u64 = 1 << 13;
 
 /// The shuffle key of a row: the first 8 bytes of SHA-256(seed ‖ sample_id). Stable across
 /// versions, platforms and thread counts by construction.
@@ -27,6 +28,8 @@ pub struct Spill {
     shuffled: bool,
     buckets: Vec<Option<BufWriter<File>>>,
     rows: u64,
+    /// One encoded row, written with a single call.
+    scratch: Vec<u8>,
 }
 
 impl Spill {
@@ -37,6 +40,7 @@ impl Spill {
             shuffled,
             buckets: Vec::new(),
             rows: 0,
+            scratch: Vec::new(),
         })
     }
 
@@ -70,7 +74,9 @@ impl Spill {
         let w = self.buckets[b]
             .as_mut()
             .ok_or_else(|| WriteError::Corrupt(path.clone()))?;
-        encode(row, w).map_err(|e| WriteError::Io(path, e))?;
+        encode(row, &mut self.scratch);
+        w.write_all(&self.scratch)
+            .map_err(|e| WriteError::Io(path, e))?;
         self.rows += 1;
         Ok(())
     }
@@ -105,16 +111,18 @@ pub fn read_bucket(path: &Path) -> Result<Vec<TokenRow>, WriteError> {
     Ok(rows)
 }
 
-fn encode(row: &TokenRow, w: &mut impl Write) -> std::io::Result<()> {
-    w.write_all(&row.key.to_le_bytes())?;
-    w.write_all(&row.source.to_le_bytes())?;
-    w.write_all(&(row.sample_id.len() as u32).to_le_bytes())?;
-    w.write_all(row.sample_id.as_bytes())?;
-    w.write_all(&(row.ids.len() as u32).to_le_bytes())?;
+fn encode(row: &TokenRow, out: &mut Vec<u8>) {
+    out.clear();
+    out.reserve(18 + row.sample_id.len() + row.ids.len() * 5);
+    out.extend_from_slice(&row.key.to_le_bytes());
+    out.extend_from_slice(&row.source.to_le_bytes());
+    out.extend_from_slice(&(row.sample_id.len() as u32).to_le_bytes());
+    out.extend_from_slice(row.sample_id.as_bytes());
+    out.extend_from_slice(&(row.ids.len() as u32).to_le_bytes());
     for id in &row.ids {
-        w.write_all(&id.to_le_bytes())?;
+        out.extend_from_slice(&id.to_le_bytes());
     }
-    w.write_all(&row.mask)
+    out.extend_from_slice(&row.mask);
 }
 
 fn decode(r: &mut impl Read) -> std::io::Result<Option<TokenRow>> {

@@ -57,15 +57,20 @@ impl Bpe {
     /// `vocab` is the model vocabulary (byte-level strings → ids), `merges` the merge list in
     /// rank order. Fails unless every byte has a token and the merges are rank-consistent.
     pub(super) fn new(
-        vocab: &HashMap<String, u32>,
-        merges: &[(String, String)],
+        vocab: &[(String, u32)],
+        merges: &[(&str, &str)],
         ignore_merges: bool,
         char_to_byte: impl Fn(char) -> Option<u8>,
     ) -> Result<Bpe, String> {
         let hasher = FixedState::default();
-        let size = vocab.values().map(|&id| id as usize + 1).max().unwrap_or(0);
+        let size = vocab
+            .iter()
+            .map(|&(_, id)| id as usize + 1)
+            .max()
+            .unwrap_or(0);
         let mut table: Vec<Option<Vec<u8>>> = vec![None; size];
-        for (token, &id) in vocab {
+        for (token, id) in vocab {
+            let id = *id;
             // Tokens with a character outside the byte-level alphabet can never come out of
             // byte-level text; they stay unreachable (an empty entry).
             let bytes: Option<Vec<u8>> = token.chars().map(&char_to_byte).collect();
@@ -106,10 +111,9 @@ impl Bpe {
                 .ok_or_else(|| format!("byte 0x{b:02x} has no token, so BPE could hit `unk`"))?;
         }
 
-        // A faster hasher than `vocab`'s for the 1.5 million lookups below.
         let by_text: HashMap<&str, u32, FixedState> = vocab
             .iter()
-            .map(|(token, &id)| (token.as_str(), id))
+            .map(|(token, id)| (token.as_str(), *id))
             .collect();
         let id_of = |token: &str| {
             by_text
@@ -544,6 +548,11 @@ mod tests {
             }
             merges.push((left, right));
         }
+        let vocab: Vec<(String, u32)> = vocab.into_iter().collect();
+        let merges: Vec<(&str, &str)> = merges
+            .iter()
+            .map(|(a, b)| (a.as_str(), b.as_str()))
+            .collect();
         Bpe::new(&vocab, &merges, false, inverse).expect("valid")
     }
 

@@ -24,10 +24,10 @@ mod probe;
 pub use pretokenize::{PreTokenizer, Scanner};
 pub use probe::probe_texts;
 
+use super::file::TokenizerFile;
 use super::Encoder;
 use added::{AddedTokens, Piece};
 use bpe::{Bpe, PieceCache};
-use serde::Deserialize;
 use std::borrow::Cow;
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -48,11 +48,43 @@ thread_local! {
     static CACHE: RefCell<PieceCache> = RefCell::new(PieceCache::default());
 }
 
+/// The parts of a [`FastEncoder`] built from the file alone, before the `tokenizers` crate's
+/// view of it is available (so both can load at once).
+pub(crate) struct FastParts {
+    pretokenizer: PreTokenizer,
+    bpe: Bpe,
+    vocab_size: usize,
+    ignore_merges: bool,
+}
+
+impl FastParts {
+    pub(crate) fn new(file: &TokenizerFile, force_regex: bool) -> Result<Self, String> {
+        let pattern = byte_level_split_pattern(file.pre_tokenizer.as_ref())?;
+        let pretokenizer = if force_regex {
+            PreTokenizer::regex(&pattern)?
+        } else {
+            PreTokenizer::new(&pattern)?
+        };
+        let bpe = Bpe::new(
+            &file.model.vocab.0,
+            &file.merge_pairs()?,
+            file.model.ignore_merges,
+            super::vocab::byte_level_inverse(),
+        )?;
+        Ok(FastParts {
+            pretokenizer,
+            bpe,
+            vocab_size: file.model.vocab.0.len(),
+            ignore_merges: file.model.ignore_merges,
+        })
+    }
+}
+
 impl FastEncoder {
     /// Builds the encoder from a `tokenizer.json` and the `tokenizers` crate's view of the same
     /// file, or says why the tokenizer does not qualify.
     pub fn new(json: &[u8], hf: &tokenizers::Tokenizer) -> Result<Self, String> {
-        Self::build(json, hf, false)
+        Self::assemble(Self::parts(json, false), hf)
     }
 
     /// Like [`new`](Self::new), but always pre-tokenizes with the regex engine (the reference
@@ -61,10 +93,19 @@ impl FastEncoder {
         json: &[u8],
         hf: &tokenizers::Tokenizer,
     ) -> Result<Self, String> {
-        Self::build(json, hf, true)
+        Self::assemble(Self::parts(json, true), hf)
     }
 
-    fn build(json: &[u8], hf: &tokenizers::Tokenizer, force_regex: bool) -> Result<Self, String> {
+    fn parts(json: &[u8], force_regex: bool) -> Result<FastParts, String> {
+        FastParts::new(&TokenizerFile::parse(json)?, force_regex)
+    }
+
+    /// Checks the `tokenizers` crate's view of the tokenizer (first, so that an unsupported model
+    /// is named as such) and completes the encoder from `parts`.
+    pub(crate) fn assemble(
+        parts: Result<FastParts, String>,
+        hf: &tokenizers::Tokenizer,
+    ) -> Result<Self, String> {
         if hf.get_truncation().is_some() || hf.get_padding().is_some() {
             return Err("the tokenizer truncates or pads".into());
         }
@@ -90,22 +131,20 @@ impl FastEncoder {
         if model.continuing_subword_prefix.is_some() || model.end_of_word_suffix.is_some() {
             return Err("BPE has a continuing-subword prefix or end-of-word suffix".into());
         }
-
-        let file: FileJson =
-            serde_json::from_slice(json).map_err(|e| format!("tokenizer.json: {e}"))?;
-        let pattern = byte_level_split_pattern(file.pre_tokenizer.as_ref())?;
-        let pretokenizer = if force_regex {
-            PreTokenizer::regex(&pattern)?
-        } else {
-            PreTokenizer::new(&pattern)?
-        };
-        let merges = merge_pairs(file.model.merges.unwrap_or_default())?;
-        let bpe = Bpe::new(
-            &model.get_vocab(),
-            &merges,
-            model.ignore_merges,
-            super::vocab::byte_level_inverse(),
-        )?;
+        let FastParts {
+            pretokenizer,
+            bpe,
+            vocab_size,
+            ignore_merges,
+        } = parts?;
+        // Both read the same bytes; a difference would mean one of them misread the file.
+        if vocab_size != tokenizers::Model::get_vocab_size(model)
+            || ignore_merges != model.ignore_merges
+        {
+            return Err(
+                "the model read from the file differs from the `tokenizers` crate's".into(),
+            );
+        }
 
         let mut tokens: Vec<(u32, tokenizers::AddedToken)> =
             hf.get_added_tokens_decoder().into_iter().collect();
@@ -261,40 +300,4 @@ fn variant_name(value: &impl serde::Serialize) -> String {
         .ok()
         .and_then(|v| v.get("type").and_then(|t| t.as_str()).map(str::to_owned))
         .unwrap_or_else(|| "?".into())
-}
-
-#[derive(Deserialize)]
-struct FileJson {
-    pre_tokenizer: Option<serde_json::Value>,
-    model: ModelJson,
-}
-
-#[derive(Deserialize)]
-struct ModelJson {
-    merges: Option<Vec<MergeJson>>,
-}
-
-/// A merge as `["a", "b"]` or, in older files, `"a b"`.
-#[derive(Deserialize)]
-#[serde(untagged)]
-enum MergeJson {
-    Pair(String, String),
-    Joined(String),
-}
-
-/// The merges as `tokenizers` reads them: `#version` lines skipped, joined merges split on one
-/// space.
-fn merge_pairs(merges: Vec<MergeJson>) -> Result<Vec<(String, String)>, String> {
-    let mut pairs = Vec::with_capacity(merges.len());
-    for merge in merges {
-        match merge {
-            MergeJson::Pair(a, b) => pairs.push((a, b)),
-            MergeJson::Joined(line) if line.starts_with("#version") => {}
-            MergeJson::Joined(line) => match line.split(' ').collect::<Vec<_>>().as_slice() {
-                [a, b] => pairs.push(((*a).to_owned(), (*b).to_owned())),
-                _ => return Err(format!("merge `{line}` is not two tokens")),
-            },
-        }
-    }
-    Ok(pairs)
 }
