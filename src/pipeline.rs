@@ -3,7 +3,7 @@
 //! that decides order or counts (dedup, `take`, keys, stats) runs sequentially in input order,
 //! so the output is byte-identical at any thread count.
 
-use crate::adapt::{to_sharegpt_record, Adapter, Repairs};
+use crate::adapt::{to_sharegpt_record, Repairs};
 use crate::conversation::Conversation;
 use crate::curate::{fingerprint, Deduper, Fingerprint};
 use crate::plan::config::{LengthPolicy, RenderPolicy, Take};
@@ -271,6 +271,8 @@ struct Ready {
     repairs: Repairs,
     /// `Some` when dedup is on.
     fingerprint: Option<Fingerprint>,
+    /// Until tokenized; dropped unprocessed for a duplicate.
+    conversation: Option<Conversation>,
     /// `None` for a duplicate (decided before tokenizing, in input order).
     work: Option<Worked>,
 }
@@ -306,70 +308,56 @@ impl Stage<'_> {
         batch: Vec<RawRow>,
         deduper: Option<&mut Deduper>,
     ) -> (Vec<Processed>, Vec<Fingerprint>) {
-        let processor = self.processor;
-        let adapter: &Adapter = &self.source().adapter;
         let dedup = deduper.is_some();
-        let mut prepared: Vec<(usize, u64, Result<Ready, Skip>, Option<Conversation>)> = batch
+        let mut rows: Vec<Processed> = batch
             .into_par_iter()
-            .map(|raw| {
-                let result = (|| {
-                    let value = raw
-                        .value
-                        .as_ref()
-                        .map_err(|e| Reject::new(RejectReason::InvalidJson, e.clone()))?;
-                    let mut repairs = Repairs::new();
-                    let conversation = adapter.prepare(value, &mut repairs)?;
-                    let conversation = processor.validator.validate(conversation, &mut repairs)?;
-                    let fingerprint = dedup.then(|| fingerprint(&conversation));
-                    Ok((conversation, repairs, fingerprint))
-                })();
-                match result {
-                    Ok((conversation, repairs, fingerprint)) => {
-                        let ready = Ready {
-                            repairs,
-                            fingerprint,
-                            work: None,
-                        };
-                        (raw.file, raw.row, Ok(ready), Some(conversation))
-                    }
-                    Err(skip) => (raw.file, raw.row, Err(skip), None),
-                }
+            .map(|raw| Processed {
+                file: raw.file,
+                row: raw.row,
+                result: self.prepare(&raw, dedup),
             })
             .collect();
         // Dedup decides in input order, so the first occurrence always wins.
         let mut first_seen = Vec::new();
-        let mut keep = vec![true; prepared.len()];
         if let Some(deduper) = deduper {
-            for ((_, _, result, _), keep) in prepared.iter().zip(&mut keep) {
-                if let Ok(Ready {
-                    fingerprint: Some(fp),
-                    ..
-                }) = result
-                {
-                    *keep = !deduper.is_duplicate(*fp);
-                    if *keep {
-                        first_seen.push(*fp);
+            for ready in rows.iter_mut().filter_map(|p| p.result.as_mut().ok()) {
+                if let Some(fp) = ready.fingerprint {
+                    if deduper.is_duplicate(fp) {
+                        ready.conversation = None;
+                    } else {
+                        first_seen.push(fp);
                     }
                 }
             }
         }
-        let rows = prepared
-            .par_iter_mut()
-            .zip(keep.into_par_iter())
-            .map(|((file, row, result, conversation), keep)| {
-                if let (Ok(ready), Some(conversation), true) = (&mut *result, conversation, keep) {
-                    ready.work = Some(self.work(*file, *row, conversation));
+        rows.par_iter_mut().for_each(|p| {
+            if let Ok(ready) = &mut p.result {
+                if let Some(conversation) = ready.conversation.take() {
+                    ready.work = Some(self.work(p.file, p.row, &conversation));
                 }
-                let result =
-                    std::mem::replace(result, Err(Skip::Filtered(FilterReason::TakeLimit)));
-                Processed {
-                    file: *file,
-                    row: *row,
-                    result,
-                }
-            })
-            .collect();
+            }
+        });
         (rows, first_seen)
+    }
+
+    /// Adapts and validates one record.
+    fn prepare(&self, raw: &RawRow, dedup: bool) -> Result<Ready, Skip> {
+        let value = raw
+            .value
+            .as_ref()
+            .map_err(|e| Reject::new(RejectReason::InvalidJson, e.clone()))?;
+        let mut repairs = Repairs::new();
+        let conversation = self.source().adapter.prepare(value, &mut repairs)?;
+        let conversation = self
+            .processor
+            .validator
+            .validate(conversation, &mut repairs)?;
+        Ok(Ready {
+            repairs,
+            fingerprint: dedup.then(|| fingerprint(&conversation)),
+            conversation: Some(conversation),
+            work: None,
+        })
     }
 
     /// Tokenizes one conversation and, when kept, serializes what the writers need.
