@@ -384,3 +384,48 @@ fn fast_and_hf_backends_write_byte_identical_shards() {
     }
     assert_eq!(shards[0], shards[1]);
 }
+
+#[test]
+fn take_stops_a_source_without_counting_or_remembering_rows_read_ahead() {
+    // Rows are processed a batch (512) ahead of the in-order commit. When `take` is met, the
+    // batch read ahead must leave no trace: not counted, and not seen by cross-source dedup.
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let chat = |i: usize| {
+        serde_json::json!({"messages": [
+            {"role": "user", "content": format!("question {i}")},
+            {"role": "assistant", "content": format!("answer {i}")}]})
+        .to_string()
+    };
+    let first: Vec<String> = (0..1500).map(chat).collect();
+    let second = [chat(3), chat(700), chat(1400), chat(5000)];
+    let (a, b) = (tmp.path().join("a.jsonl"), tmp.path().join("b.jsonl"));
+    std::fs::write(&a, first.join("\n")).expect("write a");
+    std::fs::write(&b, second.join("\n")).expect("write b");
+    let p = pipeline(
+        tmp.path(),
+        &format!(
+            "dedup: true\nmin_supervised_tokens: 1\nsources:\n  - name: a\n    files: [{}]\n    format: openai\n    take: 10\n  - name: b\n    files: [{}]\n    format: openai\noutput:\n  dir: out\n",
+            a.display(),
+            b.display()
+        ),
+    );
+    for threads in [1, 2] {
+        std::fs::remove_dir_all(tmp.path().join("out")).ok();
+        let out = build(&p, threads);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let m = manifest(&tmp.path().join("out"));
+        let s = &m["sources"];
+        // Source a: its first batch is read; rows 10..512 are past the take.
+        assert_eq!(s["a"]["read"], 512);
+        assert_eq!(s["a"]["kept"], 10);
+        assert_eq!(s["a"]["filtered"]["take_limit"], 502);
+        // Source b: row 3 was kept from a; rows 700 and 1400 never were, whatever was read
+        // ahead, so they are new here.
+        assert_eq!(s["b"]["deduplicated"], 1);
+        assert_eq!(s["b"]["kept"], 3);
+    }
+}
