@@ -17,6 +17,11 @@ use rayon::prelude::*;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
+// The allocator of the `chatshards` binary, so that raw encoding is measured as the pipeline
+// runs it.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// `encode_fast(text, false)`, exactly what the pipeline's `tokenizers` backend runs.
 struct Hf<'a>(&'a tokenizers::Tokenizer);
 

@@ -375,7 +375,8 @@ impl Stage<'_> {
 
     fn serialize(&self, id: &str, conversation: &Conversation, rows: Vec<Tokenized>) -> KeptRows {
         let record = to_sharegpt_record(conversation, id, &self.source().name);
-        let mut line = record.to_string();
+        // Plain strings and JSON values: serializing cannot fail.
+        let mut line = serde_json::to_string(&record).unwrap_or_default();
         line.push('\n');
         let truncated_rows = rows.iter().filter(|r| r.truncated).count() as u64;
         let rows = rows

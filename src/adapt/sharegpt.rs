@@ -9,6 +9,7 @@ use super::{Repairs, Row};
 use crate::conversation::{Conversation, Message, Role, ToolCall};
 use crate::reject::{Reject, RejectReason, Repair};
 use serde_json::{Map, Value};
+use std::borrow::Cow;
 
 #[derive(Debug, Clone)]
 pub struct ShareGptAdapter {
@@ -212,75 +213,92 @@ fn function_calls(
 /// - an assistant turn → `gpt` (with `reasoning_content` when present), followed by a
 ///   `function_call` turn holding its calls as a JSON list of `{"name", "arguments"}` objects;
 ///   the `gpt` turn is omitted when it has no content, no reasoning and has calls.
-pub fn to_sharegpt_record(conversation: &Conversation, id: &str, source: &str) -> Value {
-    let mut record = Map::new();
-    record.insert("id".into(), Value::String(id.to_owned()));
-    record.insert("source".into(), Value::String(source.to_owned()));
+pub fn to_sharegpt_record<'a>(
+    conversation: &'a Conversation,
+    id: &'a str,
+    source: &'a str,
+) -> ShareGptRecord<'a> {
     let mut messages = conversation.messages.as_slice();
+    let mut system = None;
     if let Some((first, rest)) = messages.split_first() {
         if first.role == Role::System {
-            record.insert("system".into(), Value::String(first.content.clone()));
+            system = Some(first.content.as_str());
             messages = rest;
         }
     }
-    if !conversation.tools.is_empty() {
-        let tools = Value::Array(conversation.tools.clone()).to_string();
-        record.insert("tools".into(), Value::String(tools));
-    }
-    let turn = |from: &str, value: String| {
-        let mut t = Map::new();
-        t.insert("from".into(), Value::String(from.to_owned()));
-        t.insert("value".into(), Value::String(value));
-        t
+    let tools = (!conversation.tools.is_empty()).then(|| json_string(&conversation.tools));
+    let turn = |from: &'static str, value: &'a str| Turn {
+        from,
+        value: Cow::Borrowed(value),
+        name: None,
+        tool_call_id: None,
+        reasoning_content: None,
     };
-    let mut turns = Vec::with_capacity(messages.len());
+    let mut conversations = Vec::with_capacity(messages.len());
     for m in messages {
         match m.role {
-            Role::System => turns.push(turn("system", m.content.clone())),
-            Role::User => turns.push(turn("human", m.content.clone())),
-            Role::Tool => {
-                let mut t = turn("observation", m.content.clone());
-                if let Some(n) = &m.name {
-                    t.insert("name".into(), Value::String(n.clone()));
-                }
-                if let Some(id) = &m.tool_call_id {
-                    t.insert("tool_call_id".into(), Value::String(id.clone()));
-                }
-                turns.push(t);
-            }
+            Role::System => conversations.push(turn("system", &m.content)),
+            Role::User => conversations.push(turn("human", &m.content)),
+            Role::Tool => conversations.push(Turn {
+                name: m.name.as_deref(),
+                tool_call_id: m.tool_call_id.as_deref(),
+                ..turn("observation", &m.content)
+            }),
             Role::Assistant => {
                 if !m.content.is_empty() || m.reasoning.is_some() || m.tool_calls.is_empty() {
-                    let mut t = turn("gpt", m.content.clone());
-                    if let Some(r) = &m.reasoning {
-                        t.insert("reasoning_content".into(), Value::String(r.clone()));
-                    }
-                    turns.push(t);
+                    conversations.push(Turn {
+                        reasoning_content: m.reasoning.as_deref(),
+                        ..turn("gpt", &m.content)
+                    });
                 }
                 if !m.tool_calls.is_empty() {
-                    let calls: Vec<Value> = m
-                        .tool_calls
-                        .iter()
-                        .map(|c| {
-                            let mut o = Map::new();
-                            if let Some(id) = &c.id {
-                                o.insert("id".into(), Value::String(id.clone()));
-                            }
-                            o.insert("name".into(), Value::String(c.name.clone()));
-                            o.insert(
-                                "arguments".into(),
-                                Value::Object(c.arguments.clone().into_iter().collect()),
-                            );
-                            Value::Object(o)
-                        })
-                        .collect();
-                    turns.push(turn("function_call", Value::Array(calls).to_string()));
+                    conversations.push(Turn {
+                        value: Cow::Owned(json_string(&m.tool_calls)),
+                        ..turn("function_call", "")
+                    });
                 }
             }
         }
     }
-    record.insert(
-        "conversations".into(),
-        Value::Array(turns.into_iter().map(Value::Object).collect()),
-    );
-    Value::Object(record)
+    ShareGptRecord {
+        id,
+        source,
+        system,
+        tools,
+        conversations,
+        meta: None,
+    }
+}
+
+/// A record of `conversations.jsonl`, borrowing from its conversation; serialize it with
+/// `serde_json`. Keys come out in this order.
+#[derive(Debug, serde::Serialize)]
+pub struct ShareGptRecord<'a> {
+    pub id: &'a str,
+    pub source: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub system: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tools: Option<String>,
+    pub conversations: Vec<Turn<'a>>,
+    /// Source-specific metadata (`chatshards normalize`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub meta: Option<Map<String, Value>>,
+}
+
+#[derive(Debug, serde::Serialize)]
+pub struct Turn<'a> {
+    pub from: &'static str,
+    pub value: Cow<'a, str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub name: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tool_call_id: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reasoning_content: Option<&'a str>,
+}
+
+/// Compact JSON of plain data (strings, maps, JSON values), which cannot fail to serialize.
+fn json_string(value: &impl serde::Serialize) -> String {
+    serde_json::to_string(value).unwrap_or_default()
 }

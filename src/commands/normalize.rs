@@ -74,12 +74,10 @@ pub fn run(args: &NormalizeArgs, printer: &Printer) -> Result<()> {
         let written = match result {
             Ok((value, conversation)) => {
                 kept += 1;
-                let mut record =
-                    to_sharegpt_record(&conversation, &format!("{name}:0:{}", raw.row), name);
+                let id = format!("{name}:0:{}", raw.row);
+                let mut record = to_sharegpt_record(&conversation, &id, name);
                 let meta = adapter.metadata(&value);
-                if let (false, Value::Object(r)) = (meta.is_empty(), &mut record) {
-                    r.insert("meta".into(), Value::Object(meta));
-                }
+                record.meta = (!meta.is_empty()).then_some(meta);
                 line(&mut out, &record)
             }
             Err(Skip::Rejected(reject)) => {
@@ -116,8 +114,9 @@ pub fn run(args: &NormalizeArgs, printer: &Printer) -> Result<()> {
     Ok(())
 }
 
-fn line(mut w: &mut dyn Write, value: &Value) -> std::io::Result<()> {
-    let mut s = value.to_string();
+fn line(mut w: &mut dyn Write, value: &impl serde::Serialize) -> std::io::Result<()> {
+    // Plain strings and JSON values: serializing cannot fail.
+    let mut s = serde_json::to_string(value).unwrap_or_default();
     s.push('\n');
     Printer::data(&mut w, &s)
 }

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Side-by-side benchmark: chatshards vs the Python pipeline users run today, same input, one run.
 
-Usage: bench.py [--rows N] [--threads T] [--skip-python] [--workdir DIR]
+Usage: bench.py [--rows N] [--threads T] [--skip-python] [--workdir DIR] [--memory-rows M]
 
 1. generates N deterministic synthetic conversations (gen_synthetic.py, OpenAI messages + tools);
 2. builds them with `chatshards build` (an `openai` source, render policy `all`, no length
@@ -11,6 +11,11 @@ Usage: bench.py [--rows N] [--threads T] [--skip-python] [--workdir DIR]
 4. renders the same conversations with `chatshards render` and times raw encoding of those
    texts alone (examples/encode_bench.rs, same threads), giving the pipeline's overhead over
    pure tokenization;
+5. linearity: builds N/5 four-turn chats and N/100 eighty-turn agentic trajectories (same
+   message sizes, about the same total tokens) and compares the time per token, start-up (a
+   one-row build) subtracted;
+6. with --memory-rows M: builds M synthetic rows (e.g. 913000) to show that peak RSS does not
+   grow with the dataset;
 and prints rows/s, tokens/s, peak RSS (whole process tree, sampled) and the ratios.
 """
 import argparse
@@ -83,6 +88,29 @@ def cargo_bin(args):
     return Path(target) / "release"
 
 
+def gen(python, rows, path, turns=None):
+    if not path.exists():
+        extra = ["0", str(turns)] if turns else []
+        subprocess.run([python, ROOT / "tests/bench/gen_synthetic.py", str(rows), path, *extra], check=True)
+    return path
+
+
+def build(chatshards, work, name, data, backend, threads):
+    """Builds `data` with one `openai` source; returns (seconds, peak RSS MiB, manifest)."""
+    pipeline = work / f"bench-{name}.yaml"
+    out = work / f"out-{name}"
+    pipeline.write_text(
+        f"name: bench\nseed: 1\ntokenizer:\n  path: {TOKENIZER}\n  backend: {backend}\n"
+        f"template:\n  path: {TEMPLATE}\n"
+        f"render:\n  policy: all\nmax_tokens: 100000000\nmin_supervised_tokens: 0\ndedup: false\n"
+        f"sources:\n  - name: synthetic\n    files: [{data}]\n    format: openai\n"
+        f"output:\n  dir: {out}\n"
+    )
+    env = dict(os.environ, CHATSHARDS_NO_PROGRESS="1")
+    secs, rss, _ = run([chatshards, "build", "--threads", str(threads), pipeline], env=env)
+    return secs, rss, json.loads((out / "manifest.json").read_text())
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--rows", type=int, default=2000)
@@ -90,30 +118,19 @@ def main():
     ap.add_argument("--skip-python", action="store_true")
     ap.add_argument("--workdir", default=None)
     ap.add_argument("--python", default=sys.executable, help="interpreter with transformers + datasets")
+    ap.add_argument("--memory-rows", type=int, default=0, help="also build this many rows for peak RSS")
     args = ap.parse_args()
 
     work = Path(args.workdir or tempfile.mkdtemp(prefix="chatshards-bench-"))
     work.mkdir(parents=True, exist_ok=True)
-    data = work / f"synthetic-{args.rows}.jsonl"
-    if not data.exists():
-        subprocess.run([args.python, ROOT / "tests/bench/gen_synthetic.py", str(args.rows), data], check=True)
+    data = gen(args.python, args.rows, work / f"synthetic-{args.rows}.jsonl")
 
     release = cargo_bin(["--bin", "chatshards", "--example", "encode_bench"])
     chatshards = release / "chatshards"
 
-    env = dict(os.environ, CHATSHARDS_NO_PROGRESS="1")
     results = {}
     for backend in ("fast", "hf"):
-        pipeline = work / f"bench-{backend}.yaml"
-        pipeline.write_text(
-            f"name: bench\nseed: 1\ntokenizer:\n  path: {TOKENIZER}\n  backend: {backend}\n"
-            f"template:\n  path: {TEMPLATE}\n"
-            f"render:\n  policy: all\nmax_tokens: 100000000\nmin_supervised_tokens: 0\ndedup: false\n"
-            f"sources:\n  - name: synthetic\n    files: [{data}]\n    format: openai\n"
-            f"output:\n  dir: {work / ('out-' + backend)}\n"
-        )
-        secs, rss, _ = run([chatshards, "build", "--threads", str(args.threads), pipeline], env=env)
-        manifest = json.loads((work / f"out-{backend}/manifest.json").read_text())
+        secs, rss, manifest = build(chatshards, work, backend, data, backend, args.threads)
         results[f"chatshards-{backend}"] = (secs, rss, manifest["rows"], manifest["tokens"])
     same = (json.loads((work / "out-fast/manifest.json").read_text())["shards"]
             == json.loads((work / "out-hf/manifest.json").read_text())["shards"])
@@ -159,6 +176,26 @@ def main():
             encode_secs = tokens / (encode[key] * 1e6)
             print(f"raw encode ({key}): {encode[key]:.2f} M tok/s = {encode_secs:.1f}s; "
                   f"pipeline with it: {secs:.1f}s, overhead {secs / encode_secs - 1:+.1%}")
+
+    # Linearity in conversation length, with the default backend.
+    one = gen(args.python, 1, work / "synthetic-1.jsonl")
+    startup = min(build(chatshards, work, "startup", one, "auto", args.threads)[0] for _ in range(3))
+    short_rows = max(100, args.rows // 5)
+    per_token = {}
+    for turns, rows in ((4, short_rows), (80, max(5, short_rows // 20))):
+        data_t = gen(args.python, rows, work / f"turns{turns}-{rows}.jsonl", turns)
+        secs, _, manifest = build(chatshards, work, f"turns{turns}", data_t, "auto", args.threads)
+        per_token[turns] = (secs - startup) / manifest["tokens"] * 1e6
+        print(f"{turns:>2}-turn rows: {rows} rows, {manifest['tokens'] / 1e6:.1f} M tokens, "
+              f"{secs:.2f}s ({per_token[turns] * 1e3:.1f} ns/token after {startup:.2f}s start-up)")
+    print(f"per-token cost, 80-turn / 4-turn: {per_token[80] / per_token[4]:.2f}x")
+
+    if args.memory_rows:
+        big = gen(args.python, args.memory_rows, work / f"synthetic-{args.memory_rows}.jsonl")
+        secs, rss, manifest = build(chatshards, work, "memory", big, "auto", args.threads)
+        print(f"{args.memory_rows} rows ({manifest['tokens'] / 1e6:.0f} M tokens): {secs:.1f}s, "
+              f"{manifest['rows'] / secs:.0f} rows/s, peak RSS {rss:.0f} MiB "
+              f"(vs {results['chatshards-fast'][1]:.0f} MiB at {args.rows} rows)")
     print(f"work dir: {work}")
 
 
