@@ -5,6 +5,7 @@ VENV   ?= .venv
 PY      = $(VENV)/bin/python
 BIN     = $(CARGO) run --quiet --release --
 ROWS   ?= 2000
+MEMORY_ROWS ?= 0
 
 .PHONY: demo test test-rust test-oracle check-goldens goldens lint bench dataset clean
 
@@ -50,9 +51,10 @@ dataset:
 	$(BIN) fetch pipelines/qwen36-drafter.yaml
 	$(BIN) build pipelines/qwen36-drafter.yaml
 
-## Side-by-side benchmark vs the Python pipeline (ROWS=100000 for the published figures).
+## Side-by-side benchmark vs the Python pipeline (ROWS=100000 MEMORY_ROWS=913000 for the
+## published figures in BENCHMARKS.md).
 bench: $(PY)
-	$(PY) tests/bench/bench.py --rows $(ROWS) --threads 2 --python $(PY)
+	$(PY) tests/bench/bench.py --rows $(ROWS) --threads 2 --python $(PY) --memory-rows $(MEMORY_ROWS)
 
 clean:
 	rm -rf out .goldens-check
