@@ -64,6 +64,17 @@ pub enum Outcome<K> {
     EncoderMismatch(String),
 }
 
+impl<K> Outcome<K> {
+    fn map_kept<T>(self, f: impl FnOnce(K) -> T) -> Outcome<T> {
+        match self {
+            Outcome::Kept(k) => Outcome::Kept(f(k)),
+            Outcome::Rejected(r) => Outcome::Rejected(r),
+            Outcome::Filtered(f) => Outcome::Filtered(f),
+            Outcome::EncoderMismatch(m) => Outcome::EncoderMismatch(m),
+        }
+    }
+}
+
 impl RowProcessor {
     /// Renders, tokenizes and masks every row the policy plans for a conversation, without
     /// length rules. Any failure rejects the whole conversation (its rows belong together).
@@ -289,6 +300,7 @@ struct KeptRows {
     line: String,
     rows: Vec<TokenRow>,
     truncated_rows: u64,
+    supervised_tokens: u64,
 }
 
 impl Stage<'_> {
@@ -364,12 +376,10 @@ impl Stage<'_> {
     fn work(&self, file: usize, row: u64, conversation: &Conversation) -> Worked {
         let id = self.sample_id(file, row);
         let checked = self.processor.spot_checked(&id);
-        let outcome = match self.processor.process(conversation, checked) {
-            Outcome::Kept(rows) => Outcome::Kept(self.serialize(&id, conversation, rows)),
-            Outcome::Rejected(r) => Outcome::Rejected(r),
-            Outcome::Filtered(f) => Outcome::Filtered(f),
-            Outcome::EncoderMismatch(m) => Outcome::EncoderMismatch(m),
-        };
+        let outcome = self
+            .processor
+            .process(conversation, checked)
+            .map_kept(|rows| self.serialize(&id, conversation, rows));
         Worked { outcome, checked }
     }
 
@@ -379,6 +389,7 @@ impl Stage<'_> {
         let mut line = serde_json::to_string(&record).unwrap_or_default();
         line.push('\n');
         let truncated_rows = rows.iter().filter(|r| r.truncated).count() as u64;
+        let supervised_tokens = rows.iter().map(|r| r.supervised() as u64).sum();
         let rows = rows
             .into_iter()
             .map(|r| {
@@ -401,6 +412,7 @@ impl Stage<'_> {
             line,
             rows,
             truncated_rows,
+            supervised_tokens,
         }
     }
 }
@@ -553,6 +565,7 @@ impl Commit<'_, '_> {
     ) -> Result<(), RunError> {
         self.stats.kept += 1;
         self.stats.truncated_rows += kept.truncated_rows;
+        self.stats.supervised_tokens += kept.supervised_tokens;
         let mut seen = Vec::new();
         for r in repairs {
             if !seen.contains(r) {
@@ -569,10 +582,8 @@ impl Commit<'_, '_> {
                 row.key = *self.sequence;
             }
             *self.sequence += 1;
-            let supervised = row.mask.iter().filter(|&&m| m == 1).count();
             self.stats.rows += 1;
             self.stats.tokens += row.ids.len() as u64;
-            self.stats.supervised_tokens += supervised as u64;
             sinks.spill.push(&row)?;
         }
         Ok(())
