@@ -134,6 +134,13 @@ fn downloads(hub: &FakeHub, fixture: &FakeFile) -> Vec<Logged> {
         .collect()
 }
 
+/// The first parquet fixture arrived whole at `local`, fetched by GETs with exactly these
+/// `Range` headers (`None`: a plain GET).
+fn assert_complete_with_ranges(hub: &FakeHub, local: &Path, want: &[Option<String>]) {
+    assert_eq!(std::fs::read(local).expect("read"), file(PARQUET0).bytes);
+    assert_eq!(ranges(&downloads(hub, &file(PARQUET0))), want);
+}
+
 fn ranges(requests: &[Logged]) -> Vec<Option<String>> {
     requests
         .iter()
@@ -307,13 +314,10 @@ fn a_truncated_download_resumes_with_a_range_request() {
     let files = client
         .resolve(&dataset_spec(&[PARQUET0]), &NoProgress)
         .expect("resolve");
-    assert_eq!(
-        std::fs::read(&files[0].local).expect("read"),
-        file(PARQUET0).bytes
-    );
-    assert_eq!(
-        ranges(&downloads(&hub, &file(PARQUET0))),
-        vec![None, Some("bytes=100000-299999".to_owned())]
+    assert_complete_with_ranges(
+        &hub,
+        &files[0].local,
+        &[None, Some("bytes=100000-299999".to_owned())],
     );
 }
 
@@ -366,13 +370,10 @@ fn a_download_that_keeps_breaking_fails_clearly_and_resumes_later() {
     let files = client
         .resolve(&dataset_spec(&[PARQUET0]), &NoProgress)
         .expect("resumed");
-    assert_eq!(
-        std::fs::read(&files[0].local).expect("read"),
-        file(PARQUET0).bytes
-    );
-    assert_eq!(
-        ranges(&downloads(&hub, &file(PARQUET0))),
-        vec![Some("bytes=100000-299999".to_owned())]
+    assert_complete_with_ranges(
+        &hub,
+        &files[0].local,
+        &[Some("bytes=100000-299999".to_owned())],
     );
     assert!(!partial.exists());
 }
@@ -600,13 +601,10 @@ fn a_stalled_download_resumes_where_it_stopped() {
         "took {:?}",
         started.elapsed()
     );
-    assert_eq!(
-        std::fs::read(&files[0].local).expect("read"),
-        file(PARQUET0).bytes
-    );
-    assert_eq!(
-        ranges(&downloads(&hub, &file(PARQUET0))),
-        vec![None, Some("bytes=50000-299999".to_owned())]
+    assert_complete_with_ranges(
+        &hub,
+        &files[0].local,
+        &[None, Some("bytes=50000-299999".to_owned())],
     );
 }
 

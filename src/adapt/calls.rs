@@ -11,7 +11,7 @@
 
 use super::fields::{arguments_object, kind};
 use super::{pyliteral, Repairs};
-use crate::conversation::{py_trim, ToolCall};
+use crate::conversation::{py_trim, Message, ToolCall};
 use crate::reject::{Reject, RejectReason, Repair};
 use indexmap::IndexMap;
 use serde_json::Value;
@@ -51,6 +51,26 @@ pub fn tool_call_blocks<'a>(
         rest = &after_open[close + TOOL_CALL_CLOSE.len()..];
     }
     Ok(Some((&text[..first], bodies)))
+}
+
+/// An assistant message from text that may end in `<tool_call>` blocks (Hermes / Qwen style):
+/// the text before them is the content, each block one call.
+pub fn assistant_with_tool_calls(
+    text: &str,
+    field: &str,
+    repairs: &mut Repairs,
+) -> Result<Message, Reject> {
+    match tool_call_blocks(text, field)? {
+        None => Ok(Message::assistant(text)),
+        Some((before, bodies)) => {
+            let calls = bodies
+                .iter()
+                .enumerate()
+                .map(|(i, b)| parse_body(b, &format!("{field} <tool_call> {i}"), repairs))
+                .collect::<Result<Vec<_>, _>>()?;
+            Ok(Message::assistant(py_trim(before)).with_tool_calls(calls))
+        }
+    }
 }
 
 /// Parses a `<tool_call>` body: the XML function form, a JSON object, or a Python literal.

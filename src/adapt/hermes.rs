@@ -29,7 +29,7 @@
 //!
 //! Metadata: `id`, `category`, `subcategory`, `task`.
 
-use super::calls::{parse_body, tool_call_blocks, tool_responses, TOOL_CALL_CLOSE, TOOL_CALL_OPEN};
+use super::calls::{assistant_with_tool_calls, tool_responses, TOOL_CALL_CLOSE, TOOL_CALL_OPEN};
 use super::fields::{content_text, list_or_json_string, tagged_object};
 use super::{tools, Repairs, Row};
 use crate::conversation::{py_trim, Conversation, Message};
@@ -154,15 +154,5 @@ fn assistant(value: &str, field: &str, repairs: &mut Repairs) -> Result<Message,
             value = &fixed;
         }
     }
-    match tool_call_blocks(value, field)? {
-        None => Ok(Message::assistant(value)),
-        Some((before, bodies)) => {
-            let calls = bodies
-                .iter()
-                .enumerate()
-                .map(|(i, b)| parse_body(b, &format!("{field} <tool_call> {i}"), repairs))
-                .collect::<Result<Vec<_>, _>>()?;
-            Ok(Message::assistant(py_trim(before)).with_tool_calls(calls))
-        }
-    }
+    assistant_with_tool_calls(value, field, repairs)
 }

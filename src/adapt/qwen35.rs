@@ -28,7 +28,7 @@
 //! | reject | `orphan_tool_response` | a function response with no call waiting |
 //! | reject | `unknown_role` | a role other than system, user, assistant, tool, function |
 
-use super::calls::{parse_body, tool_call_blocks, tool_responses};
+use super::calls::{assistant_with_tool_calls, tool_responses};
 use super::fields::{content_text, list_or_json_string, message_role};
 use super::{glaive, hermes, tools, Repairs, Row};
 use crate::conversation::{py_trim, Conversation, Message, Role};
@@ -138,15 +138,5 @@ fn assistant(content: &str, field: &str, repairs: &mut Repairs) -> Result<Messag
     if glaive_call {
         return glaive::assistant(text, repairs);
     }
-    match tool_call_blocks(text, field)? {
-        None => Ok(Message::assistant(text)),
-        Some((before, bodies)) => {
-            let calls = bodies
-                .iter()
-                .enumerate()
-                .map(|(i, b)| parse_body(b, &format!("{field} <tool_call> {i}"), repairs))
-                .collect::<Result<Vec<_>, _>>()?;
-            Ok(Message::assistant(py_trim(before)).with_tool_calls(calls))
-        }
-    }
+    assistant_with_tool_calls(text, field, repairs)
 }
