@@ -35,6 +35,19 @@ pub struct RowProcessor {
     /// When the encoder is not the `tokenizers` crate: the share of rows (in basis points,
     /// chosen by a hash of the row id) also encoded with it; any difference stops the build.
     pub verify_basis_points: Option<u32>,
+    /// When the renderer evaluates the template natively: the share of rows (in basis points,
+    /// chosen by a hash of the row id) also rendered with minijinja; any difference stops the
+    /// build.
+    pub render_verify_basis_points: Option<u32>,
+}
+
+/// Which independent re-checks a row gets.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SpotChecks {
+    /// Re-encode with the `tokenizers` crate.
+    pub encoder: bool,
+    /// Re-render with minijinja.
+    pub renderer: bool,
 }
 
 /// One tokenized row of a conversation.
@@ -62,6 +75,8 @@ pub enum Outcome<K> {
     Filtered(FilterReason),
     /// The encoder disagreed with the `tokenizers` crate on a spot-checked row.
     EncoderMismatch(String),
+    /// The native renderer disagreed with minijinja on a spot-checked row.
+    RendererMismatch(String),
 }
 
 impl<K> Outcome<K> {
@@ -71,6 +86,7 @@ impl<K> Outcome<K> {
             Outcome::Rejected(r) => Outcome::Rejected(r),
             Outcome::Filtered(f) => Outcome::Filtered(f),
             Outcome::EncoderMismatch(m) => Outcome::EncoderMismatch(m),
+            Outcome::RendererMismatch(m) => Outcome::RendererMismatch(m),
         }
     }
 }
@@ -156,20 +172,57 @@ impl RowProcessor {
         Ok(row)
     }
 
-    /// Whether the row with this id is spot-checked against the reference encoder.
-    pub fn spot_checked(&self, row_id: &str) -> bool {
-        self.verify_basis_points
-            .is_some_and(|bp| shuffle_key(0x5eed_c4ec, row_id) % 10_000 < u64::from(bp))
+    /// Which re-checks the row with this id gets (each chosen by its own hash of the id).
+    pub fn spot_checks(&self, row_id: &str) -> SpotChecks {
+        let chosen = |basis_points: Option<u32>, salt: u64| {
+            basis_points.is_some_and(|bp| shuffle_key(salt, row_id) % 10_000 < u64::from(bp))
+        };
+        SpotChecks {
+            encoder: chosen(self.verify_basis_points, 0x5eed_c4ec),
+            renderer: chosen(self.render_verify_basis_points, 0x7e3d_c4ec),
+        }
+    }
+
+    /// Renders every row the policy plans for `conversation` with minijinja and compares it
+    /// with the native render.
+    fn check_renderer(&self, conversation: &Conversation) -> Result<(), String> {
+        for (segment, spec) in plan_rows(conversation, self.policy).into_iter().enumerate() {
+            let view = Conversation {
+                messages: conversation.messages[..spec.end].to_vec(),
+                tools: conversation.tools.clone(),
+            };
+            let native = self.renderer.render(&view);
+            let reference = self.renderer.render_template(&view);
+            if native != reference {
+                let at = match (&native, &reference) {
+                    (Ok(a), Ok(b)) => {
+                        let common = a.bytes().zip(b.bytes()).take_while(|(x, y)| x == y);
+                        format!("differs at byte {}", common.count())
+                    }
+                    (Ok(_), Err(e)) => format!("minijinja raised `{}`", e.message),
+                    (Err(e), _) => format!("failed with `{}`", e.message),
+                };
+                return Err(format!(
+                    "the native render of row segment {segment} {at} (minijinja is the reference)"
+                ));
+            }
+        }
+        Ok(())
     }
 
     /// The full per-conversation path of a build after validation: tokenize, spot-check the
-    /// encoder when asked, apply the length rules.
-    fn process(&self, conversation: &Conversation, spot_check: bool) -> Outcome<Vec<Tokenized>> {
+    /// renderer and encoder when asked, apply the length rules.
+    fn process(&self, conversation: &Conversation, checks: SpotChecks) -> Outcome<Vec<Tokenized>> {
+        if checks.renderer {
+            if let Err(detail) = self.check_renderer(conversation) {
+                return Outcome::RendererMismatch(detail);
+            }
+        }
         let rows = match self.tokenize(conversation) {
             Ok(rows) => rows,
             Err(reject) => return Outcome::Rejected(reject),
         };
-        if spot_check {
+        if checks.encoder {
             for row in &rows {
                 match self.tokenizer.reference_encode(&row.text) {
                     Ok(ids) if ids == row.ids => {}
@@ -232,6 +285,8 @@ pub enum RunError {
     SideOutput(String, #[source] std::io::Error),
     #[error("the fast encoder disagrees with the `tokenizers` crate on {row}: {detail}; rebuild with `tokenizer.backend: hf` and report this row")]
     EncoderMismatch { row: String, detail: String },
+    #[error("the native template renderer disagrees with minijinja on {row}: {detail}; rebuild with `template.engine: minijinja` and report this row")]
+    RendererMismatch { row: String, detail: String },
 }
 
 /// Runs every source of the plan; returns per-source stats in plan order.
@@ -290,8 +345,8 @@ struct Ready {
 
 struct Worked {
     outcome: Outcome<KeptRows>,
-    /// Whether the row was spot-checked against the reference encoder.
-    checked: bool,
+    /// The re-checks the row got.
+    checked: SpotChecks,
 }
 
 /// A kept conversation, serialized for the writers.
@@ -375,7 +430,7 @@ impl Stage<'_> {
     /// Tokenizes one conversation and, when kept, serializes what the writers need.
     fn work(&self, file: usize, row: u64, conversation: &Conversation) -> Worked {
         let id = self.sample_id(file, row);
-        let checked = self.processor.spot_checked(&id);
+        let checked = self.processor.spot_checks(&id);
         let outcome = self
             .processor
             .process(conversation, checked)
@@ -532,17 +587,21 @@ impl Commit<'_, '_> {
                 self.stats.deduplicated += 1;
                 continue;
             };
-            self.stats.encoder_checked_rows += u64::from(work.checked);
+            self.stats.encoder_checked_rows += u64::from(work.checked.encoder);
+            self.stats.renderer_checked_rows += u64::from(work.checked.renderer);
+            let row = || {
+                let source = self.stage.source();
+                format!(
+                    "{} row {}",
+                    source.display_files[processed.file], processed.row
+                )
+            };
             match work.outcome {
                 Outcome::EncoderMismatch(detail) => {
-                    let source = self.stage.source();
-                    return Err(RunError::EncoderMismatch {
-                        row: format!(
-                            "{} row {}",
-                            source.display_files[processed.file], processed.row
-                        ),
-                        detail,
-                    });
+                    return Err(RunError::EncoderMismatch { row: row(), detail });
+                }
+                Outcome::RendererMismatch(detail) => {
+                    return Err(RunError::RendererMismatch { row: row(), detail });
                 }
                 Outcome::Kept(kept) => {
                     self.keep(&ready.repairs, kept, sinks)?;

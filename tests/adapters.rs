@@ -503,8 +503,18 @@ impl Rng {
     }
 }
 
-/// Snippets that matter to some parser: markers, call syntaxes, quotes, brackets, escapes.
+/// Snippets that matter to some parser: markers, call syntaxes, quotes, brackets, escapes,
+/// and the whitespace Python and Rust disagree about.
 const SNIPPETS: &[&str] = &[
+    "<think>",
+    "</think>",
+    "<think>\n",
+    "\n</think>\n\n",
+    " \t\r\n",
+    "\u{1c}\u{1d}\u{1e}\u{1f}",
+    "\u{85}\u{a0}\u{2028}\u{3000}",
+    "\u{b}\u{c}",
+    "\u{200b}",
     "USER: ",
     "ASSISTANT: ",
     "FUNCTION RESPONSE: ",
@@ -731,13 +741,19 @@ fn mutate(rng: &mut Rng, value: &mut Value, depth: usize) {
     }
 }
 
-/// Runs a row through every adapter and the rest of the per-row path; only a panic fails.
+/// Runs a row through every adapter and the rest of the per-row path: nothing may panic, and
+/// the native render must equal minijinja's.
 fn survive(adapters: &[Adapter], renderer: &Renderer, row: &Value) {
     for adapter in adapters {
         let _ = adapter.metadata(row);
         let (result, _) = outcome(adapter, row);
         if let Ok(c) = result {
-            let _ = renderer.render(&c);
+            assert_eq!(
+                renderer.render(&c),
+                renderer.render_template(&c),
+                "native render differs from minijinja for {}",
+                pretty(&c)
+            );
             let _ = chatshards::adapt::to_sharegpt_record(&c, "id", "source");
         }
     }
@@ -788,6 +804,90 @@ fn adapters_survive_random_and_mutated_rows() {
             }
         }
         survive(&adapters, &renderer, &Value::Object(o));
+    }
+}
+
+/// A conversation the validator might never let through (any role order, empty turns, stray
+/// think tags), to compare the two render engines on shapes the adapters rarely produce.
+fn random_conversation(rng: &mut Rng) -> Conversation {
+    use chatshards::conversation::{Message, Role, ToolCall};
+    let roles = [Role::System, Role::User, Role::Assistant, Role::Tool];
+    let mut messages = Vec::new();
+    for i in 0..1 + rng.below(9) {
+        // Mostly plausible orders, sometimes anything.
+        let role = match (i, rng.below(6)) {
+            (_, 0) => *rng.pick(&roles),
+            (0, 1) => Role::System,
+            (_, n) if n % 2 == 0 => Role::User,
+            (_, 3) => Role::Tool,
+            _ => Role::Assistant,
+        };
+        let mut m = Message::new(role, random_string(rng));
+        if role == Role::Assistant {
+            if rng.below(3) == 0 {
+                m.reasoning = Some(random_string(rng));
+            }
+            for _ in 0..rng.below(3) {
+                let arguments = (0..rng.below(4))
+                    .map(|_| (random_string(rng), random_value(rng, 2)))
+                    .collect();
+                m.tool_calls.push(ToolCall {
+                    id: None,
+                    name: random_string(rng),
+                    arguments,
+                });
+            }
+        }
+        if role == Role::User && rng.below(4) == 0 {
+            m.content = format!(
+                "{}<tool_response>{}</tool_response>{}",
+                *rng.pick(&["", " ", "\n"]),
+                random_string(rng),
+                *rng.pick(&["", "\n"])
+            );
+        }
+        messages.push(m);
+    }
+    let tools = (0..rng.below(3)).map(|_| random_value(rng, 1)).collect();
+    Conversation { messages, tools }
+}
+
+#[test]
+fn native_render_equals_minijinja_on_random_conversations() {
+    let template = |name: &str| {
+        std::fs::read_to_string(
+            Path::new(ROOT).join(format!("templates/{name}/chat_template.jinja")),
+        )
+        .expect("template")
+    };
+    for (name, preserve) in [
+        ("qwen3.6", None),
+        ("qwen3.6", Some(true)),
+        ("qwen3.6", Some(false)),
+        ("qwen3.5", Some(true)),
+    ] {
+        let mut kwargs = Map::new();
+        if let Some(p) = preserve {
+            kwargs.insert("preserve_thinking".into(), json!(p));
+            kwargs.insert("enable_thinking".into(), json!(false));
+        }
+        let renderer = Renderer::new(&template(name), kwargs).expect("compiles");
+        assert_eq!(renderer.native(), Some(name));
+        let mut rng = Rng(0xC0FF_EE00_D15E_A5E5);
+        let mut rendered = 0;
+        for _ in 0..4000 {
+            let c = random_conversation(&mut rng);
+            let native = renderer.render(&c);
+            assert_eq!(
+                native,
+                renderer.render_template(&c),
+                "{name} {preserve:?}: native render differs from minijinja for {}",
+                pretty(&c)
+            );
+            rendered += usize::from(native.is_ok());
+        }
+        // Most random conversations render (the rest are the template's own errors).
+        assert!(rendered > 2000, "{name}: only {rendered} of 4000 rendered");
     }
 }
 

@@ -5,7 +5,7 @@
 use chatshards::adapt::{Adapter, OpenAiAdapter, Repairs};
 use chatshards::pipeline::RowProcessor;
 use chatshards::plan::config::{LengthPolicy, RenderPolicy};
-use chatshards::render::Renderer;
+use chatshards::render::{plan_rows, Engine, Renderer};
 use chatshards::tokenize::Tokenizer;
 use chatshards::validate::Validator;
 use serde_json::{Map, Value};
@@ -126,6 +126,7 @@ fn processor(kwargs: Map<String, Value>, policy: RenderPolicy) -> RowProcessor {
         length_policy: LengthPolicy::Drop,
         min_supervised_tokens: 0,
         verify_basis_points: None,
+        render_verify_basis_points: None,
     }
 }
 
@@ -248,4 +249,76 @@ fn qwen36_expand_matches_prefix_renders() {
         compared += 1;
     }
     assert!(compared >= 40, "only {compared} cases compared");
+}
+
+/// The native renderer on every oracle case the adapter accepts (and every `expand` prefix of
+/// it), under both templates it supports and every `preserve_thinking` setting: byte-identical
+/// to minijinja, whose renders the tests above prove equal to transformers.
+#[test]
+fn native_renderer_equals_minijinja_on_every_oracle_case() {
+    let adapter = Adapter::OpenAi(OpenAiAdapter::default());
+    let mut compared = 0;
+    for name in ["qwen3.6", "qwen3.5"] {
+        for preserve in [None, Some(true), Some(false)] {
+            let mut kwargs = Map::new();
+            if let Some(p) = preserve {
+                kwargs.insert("preserve_thinking".into(), Value::Bool(p));
+            }
+            let renderer = Renderer::new(&template(name), kwargs).expect("compiles");
+            assert_eq!(renderer.native(), Some(name));
+            for case in cases() {
+                let Ok(c) = adapter.adapt(&case, &mut Repairs::new()) else {
+                    continue;
+                };
+                let mut views = vec![c.clone()];
+                for spec in plan_rows(&c, RenderPolicy::Expand) {
+                    let mut view = c.clone();
+                    view.messages.truncate(spec.end);
+                    views.push(view);
+                }
+                for view in views {
+                    let native = renderer.render(&view);
+                    assert_eq!(
+                        native,
+                        renderer.render_template(&view),
+                        "{name} {preserve:?} {}",
+                        case["name"]
+                    );
+                    compared += usize::from(native.is_ok());
+                }
+            }
+        }
+    }
+    assert!(compared > 300, "only {compared} renders compared");
+}
+
+/// The native renderer is used only for the exact template files it reproduces, with template
+/// variables it knows, and never when the pipeline asks for minijinja.
+#[test]
+fn native_renderer_is_used_only_where_it_is_exact() {
+    let native = |name: &str, kwargs: Value, engine: Engine| {
+        let kwargs = kwargs.as_object().cloned().unwrap_or_default();
+        Renderer::with_engine(&template(name), kwargs, engine)
+            .expect("compiles")
+            .native()
+    };
+    let none = serde_json::json!({});
+    assert_eq!(
+        native("qwen3.6", none.clone(), Engine::Auto),
+        Some("qwen3.6")
+    );
+    assert_eq!(
+        native("qwen3.5", none.clone(), Engine::Auto),
+        Some("qwen3.5")
+    );
+    assert_eq!(native("qwen3", none.clone(), Engine::Auto), None);
+    assert_eq!(native("qwen3.6", none, Engine::Minijinja), None);
+    let known = serde_json::json!({"enable_thinking": false, "preserve_thinking": true});
+    assert_eq!(native("qwen3.6", known, Engine::Auto), Some("qwen3.6"));
+    let unknown = serde_json::json!({"custom_instructions": "be brief"});
+    assert_eq!(native("qwen3.6", unknown, Engine::Auto), None);
+    // One byte more (a trailing newline) is another template.
+    let edited = format!("{}\n", template("qwen3.6"));
+    let renderer = Renderer::new(&edited, Map::new()).expect("compiles");
+    assert_eq!(renderer.native(), None);
 }

@@ -125,7 +125,14 @@ pub fn run(args: &BuildArgs, printer: &Printer) -> Result<()> {
         &staging.join("state.json"),
         &write::state_json(&files, &fingerprint[..16]),
     )?;
-    let manifest = manifest(&plan, named, shards, input_files, &backend);
+    let manifest = manifest(
+        &plan,
+        named,
+        shards,
+        input_files,
+        &backend,
+        processor.renderer.native(),
+    );
     let manifest_json = write::pretty(&serde_json::to_value(&manifest)?);
     write_file(&staging.join("manifest.json"), &manifest_json)?;
 
@@ -151,8 +158,13 @@ pub fn run(args: &BuildArgs, printer: &Printer) -> Result<()> {
 
 /// Builds the per-row processor (renderer, tokenizer, validator) for a plan.
 pub fn processor(plan: &Plan) -> Result<(RowProcessor, BackendReport)> {
-    let renderer = Renderer::new(&plan.template.source, plan.template.kwargs.clone())
-        .with_context(|| format!("in template `{}`", plan.template.path.display()))?;
+    let renderer = Renderer::with_engine(
+        &plan.template.source,
+        plan.template.kwargs.clone(),
+        plan.template.engine,
+    )
+    .with_context(|| format!("in template `{}`", plan.template.path.display()))?;
+    let render_verify_basis_points = renderer.native().map(|_| plan.template.verify_basis_points);
     let (tokenizer, report) =
         Tokenizer::load_with_backend(&plan.tokenizer_path, plan.tokenizer_backend)?;
     let tokenizer = std::sync::Arc::new(tokenizer);
@@ -166,6 +178,7 @@ pub fn processor(plan: &Plan) -> Result<(RowProcessor, BackendReport)> {
         length_policy: plan.length_policy,
         min_supervised_tokens: plan.min_supervised_tokens,
         verify_basis_points: (report.used == Backend::Fast).then_some(plan.verify_basis_points),
+        render_verify_basis_points,
     };
     Ok((processor, report))
 }
@@ -267,7 +280,15 @@ fn manifest(
     shards: Vec<write::ShardSummary>,
     files: Vec<InputFile>,
     backend: &BackendReport,
+    native: Option<&'static str>,
 ) -> Manifest {
+    let renderer = write::manifest::Renderer {
+        requested: plan.template.engine,
+        used: native.map_or_else(|| "minijinja".to_owned(), |t| format!("native {t}")),
+        verify_percent: f64::from(plan.template.verify_basis_points) / 100.0,
+        verified_rows: sources.iter().map(|(_, s)| s.renderer_checked_rows).sum(),
+        mismatches: 0,
+    };
     let encoder = Encoder {
         requested: backend.requested,
         used: backend.used,
@@ -317,6 +338,7 @@ fn manifest(
         tokens,
         supervised_tokens,
         encoder,
+        renderer,
         sources: sources.into_iter().collect(),
         shards,
     }

@@ -82,6 +82,7 @@ pub fn processor(
         length_policy: LengthPolicy::Drop,
         min_supervised_tokens: 0,
         verify_basis_points: None,
+        render_verify_basis_points: None,
     })
 }
 

@@ -74,6 +74,14 @@ pub struct TemplateConfig {
     /// Extra template variables (`enable_thinking`, `preserve_thinking`, ...).
     #[serde(default)]
     pub kwargs: BTreeMap<String, serde_json::Value>,
+    /// `auto` (the official Qwen3.5/Qwen3.6 template files evaluated natively, byte-identical
+    /// to minijinja; minijinja for any other template) or `minijinja` (always).
+    #[serde(default)]
+    pub engine: crate::render::Engine,
+    /// Percent of rows (chosen by a hash of the row id) that a native render is re-checked
+    /// against minijinja during a build; a difference stops the build.
+    #[serde(default = "default_verify_percent")]
+    pub verify_percent: f64,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -52,6 +52,9 @@ pub struct TemplatePlan {
     pub sha256: String,
     pub source: String,
     pub kwargs: serde_json::Map<String, serde_json::Value>,
+    pub engine: crate::render::Engine,
+    /// Share of rows whose native render is re-checked against minijinja, in basis points.
+    pub verify_basis_points: u32,
 }
 
 #[derive(Debug)]
@@ -132,6 +135,8 @@ pub fn compile(path: &Path, access: HubAccess) -> Result<Plan, PlanError> {
                     sha256,
                     source,
                     kwargs: config.template.kwargs.clone().into_iter().collect(),
+                    engine: config.template.engine,
+                    verify_basis_points: (config.template.verify_percent * 100.0).round() as u32,
                 }),
                 Err(_) => {
                     errors.push(format!(
@@ -160,6 +165,9 @@ pub fn compile(path: &Path, access: HubAccess) -> Result<Plan, PlanError> {
 
     if !(0.0..=100.0).contains(&config.tokenizer.verify_percent) {
         errors.push("`tokenizer.verify_percent` must be between 0 and 100".into());
+    }
+    if !(0.0..=100.0).contains(&config.template.verify_percent) {
+        errors.push("`template.verify_percent` must be between 0 and 100".into());
     }
     if config.max_tokens == 0 {
         errors.push("`max_tokens` must be at least 1".into());

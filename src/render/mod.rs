@@ -3,8 +3,10 @@
 //! The template file is used byte for byte; only the Jinja environment is shaped to behave like
 //! `transformers.apply_chat_template` (jinja2 with `trim_blocks`, `lstrip_blocks`, a
 //! `json.dumps`-compatible `tojson`, `raise_exception`, Python string methods and `str()`/`strip()`
-//! semantics). A template error is returned per row; it never aborts a run.
+//! semantics). A template error is returned per row; it never aborts a run. For the official
+//! Qwen3.6/Qwen3.5 files, [`native`] evaluates the same template without the interpreter.
 
+mod native;
 mod policy;
 mod pycompat;
 
@@ -22,6 +24,20 @@ pub struct Renderer {
     env: Environment<'static>,
     /// Extra variables passed to every render (`enable_thinking`, `preserve_thinking`, ...).
     kwargs: Map<String, Json>,
+    /// The same template evaluated natively, when the file is one [`native`] reproduces.
+    native: Option<native::Native>,
+}
+
+/// How training rows are rendered (`template.engine` in the pipeline config).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Engine {
+    /// Native evaluation for the official Qwen3.5/Qwen3.6 template files (byte-identical,
+    /// spot-checked against minijinja during builds), minijinja for every other template.
+    #[default]
+    Auto,
+    /// Always minijinja.
+    Minijinja,
 }
 
 /// Why a template failed to compile.
@@ -32,6 +48,16 @@ pub struct TemplateCompileError(#[source] Error);
 impl Renderer {
     /// Compiles `source` (the exact text of `chat_template.jinja`) with the given template kwargs.
     pub fn new(source: &str, kwargs: Map<String, Json>) -> Result<Self, TemplateCompileError> {
+        Self::with_engine(source, kwargs, Engine::Auto)
+    }
+
+    /// Compiles `source`, rendering training rows natively when `engine` allows it and the
+    /// template is one the native renderer reproduces.
+    pub fn with_engine(
+        source: &str,
+        kwargs: Map<String, Json>,
+        engine: Engine,
+    ) -> Result<Self, TemplateCompileError> {
         let mut env = Environment::new();
         let syntax = minijinja::syntax::SyntaxConfig::builder()
             .trim_blocks(true)
@@ -46,11 +72,33 @@ impl Renderer {
         env.add_filter("trim", pycompat::py_trim_filter);
         env.add_template_owned(TEMPLATE_NAME, source.to_owned())
             .map_err(TemplateCompileError)?;
-        Ok(Renderer { env, kwargs })
+        let native = match engine {
+            Engine::Auto => native::Native::for_template(source, &kwargs),
+            Engine::Minijinja => None,
+        };
+        Ok(Renderer {
+            env,
+            kwargs,
+            native,
+        })
+    }
+
+    /// The template the native renderer evaluates (`qwen3.6`, `qwen3.5`), if it is in use.
+    pub fn native(&self) -> Option<&'static str> {
+        self.native.as_ref().map(native::Native::name)
     }
 
     /// Renders a conversation as training text (no generation prompt).
     pub fn render(&self, conversation: &Conversation) -> Result<String, RenderError> {
+        match self.native.as_ref().and_then(|n| n.render(conversation)) {
+            Some(text) => Ok(text),
+            None => self.render_template(conversation),
+        }
+    }
+
+    /// Renders a conversation with minijinja whatever the engine: the reference the native
+    /// renderer is checked against.
+    pub fn render_template(&self, conversation: &Conversation) -> Result<String, RenderError> {
         self.render_json(
             conversation.to_template_messages(),
             &conversation.tools,

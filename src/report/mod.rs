@@ -25,6 +25,8 @@ pub struct SourceStats {
     pub truncated_rows: u64,
     /// Source rows whose ids were also computed with the `tokenizers` crate and matched.
     pub encoder_checked_rows: u64,
+    /// Source rows whose native render was also made with minijinja and matched.
+    pub renderer_checked_rows: u64,
 }
 
 impl SourceStats {
@@ -59,6 +61,7 @@ impl AddAssign<&SourceStats> for SourceStats {
         self.supervised_tokens += o.supervised_tokens;
         self.truncated_rows += o.truncated_rows;
         self.encoder_checked_rows += o.encoder_checked_rows;
+        self.renderer_checked_rows += o.renderer_checked_rows;
     }
 }
 

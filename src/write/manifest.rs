@@ -17,6 +17,7 @@ pub struct Manifest {
     pub tokens: u64,
     pub supervised_tokens: u64,
     pub encoder: Encoder,
+    pub renderer: Renderer,
     pub sources: IndexMap<String, SourceStats>,
     pub shards: Vec<ShardSummary>,
 }
@@ -77,6 +78,18 @@ pub struct Settings {
     pub dedup: bool,
     pub shuffle: bool,
     pub rows_per_shard: usize,
+}
+
+/// Which engine rendered the chat template, and the in-build spot check of a native render.
+#[derive(Debug, Serialize)]
+pub struct Renderer {
+    pub requested: crate::render::Engine,
+    /// `minijinja`, or `native qwen3.6` / `native qwen3.5`.
+    pub used: String,
+    pub verify_percent: f64,
+    /// Source rows also rendered with minijinja (all matched, or the build failed).
+    pub verified_rows: u64,
+    pub mismatches: u64,
 }
 
 /// Which encoder produced the ids, how it was checked before use, and the in-build spot check.
