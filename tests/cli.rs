@@ -357,32 +357,74 @@ fn every_shipped_pipeline_parses_and_the_recipe_adds_up_to_913786_rows() {
     assert_eq!(specs.len(), 10, "tokenizer, template and 8 sources");
 }
 
+/// Builds the demo sources into `<tmp>/<name>/out` with the given encoder backend and extra
+/// `template:` keys; returns the output directory and its manifest.
+fn build_demo_variant(tmp: &Path, name: &str, backend: &str, template: &str) -> (PathBuf, Value) {
+    let dir = tmp.join(name);
+    std::fs::create_dir_all(&dir).expect("mkdir");
+    let p = pipeline_with_backend(
+        &dir,
+        backend,
+        &format!(
+            "{template}{}output:\n  dir: out\n  rows_per_shard: 1000\n",
+            demo_sources()
+        ),
+    );
+    let out = build(&p, 2);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out_dir = dir.join("out");
+    let m = manifest(&out_dir);
+    (out_dir, m)
+}
+
 #[test]
 fn fast_and_hf_backends_write_byte_identical_shards() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let mut shards = Vec::new();
     for backend in ["hf", "fast"] {
-        let dir = tmp.path().join(backend);
-        std::fs::create_dir_all(&dir).expect("mkdir");
-        let p = pipeline_with_backend(
-            &dir,
-            backend,
-            &format!(
-                "{}output:\n  dir: out\n  rows_per_shard: 1000\n",
-                demo_sources()
-            ),
-        );
-        let out = build(&p, 2);
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let m = manifest(&dir.join("out"));
+        let (_, m) = build_demo_variant(tmp.path(), backend, backend, "");
         assert_eq!(m["encoder"]["used"], backend);
         shards.push(m["shards"].clone());
     }
     assert_eq!(shards[0], shards[1]);
+}
+
+#[test]
+fn native_and_minijinja_renderers_write_byte_identical_datasets() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let mut outputs = Vec::new();
+    for engine in ["minijinja", "auto"] {
+        // Indented: these keys continue the `template:` mapping.
+        let template = format!("  engine: {engine}\n  verify_percent: 100\n");
+        let (out_dir, m) = build_demo_variant(tmp.path(), engine, "auto", &template);
+        let kept: u64 = ["chat", "tools", "alpaca"]
+            .iter()
+            .map(|s| m["sources"][s]["kept"].as_u64().expect("kept"))
+            .sum();
+        let verified = m["renderer"]["verified_rows"].as_u64().expect("verified");
+        if engine == "auto" {
+            assert_eq!(m["renderer"]["used"], "native qwen3.6");
+            // Every row that reached the renderer was also rendered with minijinja.
+            assert!(
+                verified >= kept && kept > 0,
+                "{verified} verified, {kept} kept"
+            );
+        } else {
+            assert_eq!(m["renderer"]["used"], "minijinja");
+            assert_eq!(verified, 0);
+        }
+        let read = |f: &str| std::fs::read(out_dir.join(f)).expect(f);
+        outputs.push((
+            m["shards"].clone(),
+            read("conversations.jsonl"),
+            read("rejects.jsonl"),
+        ));
+    }
+    assert_eq!(outputs[0], outputs[1]);
 }
 
 #[test]

@@ -93,10 +93,38 @@ impl TokenBytes {
             data.extend_from_slice(&bytes);
             offsets.push(data.len() as u32);
         }
+        data.extend_from_slice(&[0; 8]);
         TokenBytes { offsets, data }
     }
 
+    /// The first 8 bytes of `id` as a little-endian word (zero past its end) and its length,
+    /// for the mask check's branch-free compare of short tokens.
+    #[inline]
+    pub fn head(&self, id: u32) -> (u64, usize) {
+        let i = id as usize;
+        match (self.offsets.get(i), self.offsets.get(i + 1)) {
+            (Some(&a), Some(&b)) => {
+                let (a, b) = (a as usize, b as usize);
+                // `data` ends with 8 bytes of padding, so this window always exists.
+                let word = self
+                    .data
+                    .get(a..a + 8)
+                    .and_then(|w| <[u8; 8]>::try_from(w).ok())
+                    .map_or(0, u64::from_le_bytes);
+                let len = b - a;
+                let keep = if len >= 8 {
+                    u64::MAX
+                } else {
+                    (1u64 << (len * 8)) - 1
+                };
+                (word & keep, len)
+            }
+            _ => (0, 0),
+        }
+    }
+
     /// The bytes of `id` (empty for an id outside the vocabulary).
+    #[inline]
     pub fn get(&self, id: u32) -> &[u8] {
         let i = id as usize;
         match (self.offsets.get(i), self.offsets.get(i + 1)) {
