@@ -8,7 +8,7 @@ use chatshards::plan::config::{LengthPolicy, RenderPolicy};
 use chatshards::render::{plan_rows, Engine, Renderer};
 use chatshards::tokenize::Tokenizer;
 use chatshards::validate::Validator;
-use serde_json::{Map, Value};
+use serde_json::{json, Map, Value};
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::{Arc, OnceLock};
@@ -259,10 +259,18 @@ fn native_renderer_equals_minijinja_on_every_oracle_case() {
     let adapter = Adapter::OpenAi(OpenAiAdapter::default());
     let mut compared = 0;
     for name in ["qwen3.6", "qwen3.5"] {
-        for preserve in [None, Some(true), Some(false)] {
+        // `preserve_thinking is true` holds for the boolean only, not for "true" or 1.
+        let settings = [
+            None,
+            Some(json!(true)),
+            Some(json!(false)),
+            Some(json!("true")),
+            Some(json!(1)),
+        ];
+        for preserve in settings {
             let mut kwargs = Map::new();
-            if let Some(p) = preserve {
-                kwargs.insert("preserve_thinking".into(), Value::Bool(p));
+            if let Some(p) = &preserve {
+                kwargs.insert("preserve_thinking".into(), p.clone());
             }
             let renderer = Renderer::new(&template(name), kwargs).expect("compiles");
             assert_eq!(renderer.native(), Some(name));
@@ -302,7 +310,7 @@ fn native_renderer_is_used_only_where_it_is_exact() {
             .expect("compiles")
             .native()
     };
-    let none = serde_json::json!({});
+    let none = json!({});
     assert_eq!(
         native("qwen3.6", none.clone(), Engine::Auto),
         Some("qwen3.6")
@@ -313,9 +321,9 @@ fn native_renderer_is_used_only_where_it_is_exact() {
     );
     assert_eq!(native("qwen3", none.clone(), Engine::Auto), None);
     assert_eq!(native("qwen3.6", none, Engine::Minijinja), None);
-    let known = serde_json::json!({"enable_thinking": false, "preserve_thinking": true});
+    let known = json!({"enable_thinking": false, "preserve_thinking": true});
     assert_eq!(native("qwen3.6", known, Engine::Auto), Some("qwen3.6"));
-    let unknown = serde_json::json!({"custom_instructions": "be brief"});
+    let unknown = json!({"custom_instructions": "be brief"});
     assert_eq!(native("qwen3.6", unknown, Engine::Auto), None);
     // One byte more (a trailing newline) is another template.
     let edited = format!("{}\n", template("qwen3.6"));
