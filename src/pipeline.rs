@@ -98,19 +98,10 @@ impl RowProcessor {
         let specs = plan_rows(conversation, self.policy);
         let mut rows = Vec::with_capacity(specs.len());
         for (segment, spec) in specs.into_iter().enumerate() {
-            let prefix;
-            let view = if spec.end == conversation.messages.len() {
-                conversation
-            } else {
-                prefix = Conversation {
-                    messages: conversation.messages[..spec.end].to_vec(),
-                    tools: conversation.tools.clone(),
-                };
-                &prefix
-            };
+            let view = prefix(conversation, spec.end);
             let text = self
                 .renderer
-                .render(view)
+                .render(&view)
                 .map_err(|e| Reject::new(RejectReason::Template, e.message))?;
             let (ids, mask) = self.encode_masked(&text, &spec.supervise)?;
             rows.push(Tokenized {
@@ -187,10 +178,7 @@ impl RowProcessor {
     /// with the native render.
     fn check_renderer(&self, conversation: &Conversation) -> Result<(), String> {
         for (segment, spec) in plan_rows(conversation, self.policy).into_iter().enumerate() {
-            let view = Conversation {
-                messages: conversation.messages[..spec.end].to_vec(),
-                tools: conversation.tools.clone(),
-            };
+            let view = prefix(conversation, spec.end);
             let native = self.renderer.render(&view);
             let reference = self.renderer.render_template(&view);
             if native != reference {
@@ -255,6 +243,18 @@ impl RowProcessor {
             )),
             (false, _) => Outcome::Kept(kept),
         }
+    }
+}
+
+/// The conversation up to message `end`, borrowed when that is all of it.
+fn prefix(conversation: &Conversation, end: usize) -> std::borrow::Cow<'_, Conversation> {
+    if end == conversation.messages.len() {
+        std::borrow::Cow::Borrowed(conversation)
+    } else {
+        std::borrow::Cow::Owned(Conversation {
+            messages: conversation.messages[..end].to_vec(),
+            tools: conversation.tools.clone(),
+        })
     }
 }
 
