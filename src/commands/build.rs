@@ -36,6 +36,13 @@ pub fn run(args: &BuildArgs, printer: &Printer) -> Result<()> {
     }
     let (processor, backend) = processor(&plan)?;
     printer.info(&format!("encoder: {backend}"));
+    printer.info(&match processor.renderer.native() {
+        Some(template) => format!(
+            "renderer: native {template} template ({}% of rows re-rendered with minijinja to check it)",
+            f64::from(plan.template.verify_basis_points) / 100.0
+        ),
+        None => "renderer: minijinja".to_owned(),
+    });
     let out = &plan.output_dir;
     check_output_dir(out)?;
     let staging = sibling(out, "partial");
