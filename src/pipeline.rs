@@ -17,8 +17,9 @@ use crate::validate::Validator;
 use crate::write::{shuffle_key, Spill, TokenRow};
 use rayon::prelude::*;
 use serde_json::Value;
+use std::collections::BTreeMap;
 use std::io::Write;
-use std::sync::mpsc::sync_channel;
+use std::sync::mpsc::{channel, sync_channel};
 
 /// Rows handed to the thread pool at once.
 const BATCH_ROWS: usize = 512;
@@ -289,12 +290,14 @@ pub enum RunError {
     RendererMismatch { row: String, detail: String },
 }
 
-/// Runs every source of the plan; returns per-source stats in plan order.
+/// Runs every source of the plan on `pool`; returns per-source stats in plan order. Call it
+/// from outside the pool: this thread coordinates and commits while the pool works.
 pub fn run(
     plan: &Plan,
     processor: &RowProcessor,
     sinks: &mut Sinks,
     progress: &dyn Progress,
+    pool: &rayon::ThreadPool,
 ) -> Result<Vec<SourceStats>, RunError> {
     let mut deduper = plan.dedup.then(Deduper::default);
     let mut sequence = 0u64;
@@ -310,6 +313,7 @@ pub fn run(
             &mut sequence,
             sinks,
             progress,
+            pool,
         )?;
         progress.source_finished(&source.name, &stats);
         all.push(stats);
@@ -368,35 +372,21 @@ impl Stage<'_> {
         format!("{}:{}:{}", self.source().name, file, row)
     }
 
-    /// The parallel part of a batch: adapt + validate, dedup (sequential, input order), then
-    /// render + tokenize + serialize. Returns the rows and the fingerprints first seen here.
-    fn process(
-        &self,
-        batch: Vec<RawRow>,
-        deduper: Option<&mut Deduper>,
-    ) -> (Vec<Processed>, Vec<Fingerprint>) {
-        let dedup = deduper.is_some();
-        let mut rows: Vec<Processed> = batch
+    /// Adapts and validates a batch (in parallel).
+    fn prepare_batch(&self, batch: Vec<RawRow>, dedup: bool) -> Vec<Processed> {
+        batch
             .into_par_iter()
             .map(|raw| Processed {
                 file: raw.file,
                 row: raw.row,
                 result: self.prepare(&raw, dedup),
             })
-            .collect();
-        // Dedup decides in input order, so the first occurrence always wins.
-        let mut first_seen = Vec::new();
-        if let Some(deduper) = deduper {
-            for ready in rows.iter_mut().filter_map(|p| p.result.as_mut().ok()) {
-                if let Some(fp) = ready.fingerprint {
-                    if deduper.is_duplicate(fp) {
-                        ready.conversation = None;
-                    } else {
-                        first_seen.push(fp);
-                    }
-                }
-            }
-        }
+            .collect()
+    }
+
+    /// Renders, tokenizes and serializes the rows of a batch that are still wanted (in
+    /// parallel).
+    fn work_batch(&self, rows: &mut [Processed]) {
         rows.par_iter_mut().for_each(|p| {
             if let Ok(ready) = &mut p.result {
                 if let Some(conversation) = ready.conversation.take() {
@@ -404,7 +394,6 @@ impl Stage<'_> {
                 }
             }
         });
-        (rows, first_seen)
     }
 
     /// Adapts and validates one record.
@@ -472,14 +461,32 @@ impl Stage<'_> {
     }
 }
 
-/// Streams one source: a reader thread fills batches; each batch is processed in parallel while
-/// the previous one is committed in input order, so writing overlaps tokenizing.
+/// Batches between the reader and the commit at once. Several are in flight so that the pool
+/// never waits for the slowest row of a batch (it takes up the next batch meanwhile); a fixed
+/// number so that memory does not grow with the input.
+const IN_FLIGHT: usize = 8;
+
+/// What the coordinator of a source hears about, from the reader and from the pool's jobs.
+enum Event {
+    Batch(Vec<RawRow>),
+    /// Adapted and validated, waiting for dedup (only when dedup is on).
+    Prepared(u64, std::thread::Result<Vec<Processed>>),
+    /// Ready to commit.
+    Worked(u64, std::thread::Result<Vec<Processed>>),
+    ReadDone(std::thread::Result<Result<(), ReadError>>),
+}
+
+/// Streams one source. A reader thread reads batches; the pool adapts, renders and tokenizes
+/// up to [`IN_FLIGHT`] of them at once, and this thread (not a pool worker, so it never holds
+/// one up) runs what must go in input order: dedup between the two parallel stages and the
+/// commit after them.
 fn run_source(
     stage: Stage,
     mut deduper: Option<&mut Deduper>,
     sequence: &mut u64,
     sinks: &mut Sinks,
     progress: &dyn Progress,
+    pool: &rayon::ThreadPool,
 ) -> Result<SourceStats, RunError> {
     let source = stage.source();
     let files = source.files.clone();
@@ -497,57 +504,157 @@ fn run_source(
     if limit == Some(0) {
         return Ok(commit.stats);
     }
-    let (tx, rx) = sync_channel::<Vec<RawRow>>(4);
-    std::thread::scope(|scope| -> Result<(), RunError> {
-        let reader = scope.spawn(move || {
-            let mut batch = Vec::with_capacity(BATCH_ROWS);
-            let mut open = true;
-            let result = read_files(&files, &mut |row| {
-                batch.push(row);
-                if batch.len() == BATCH_ROWS {
-                    open = tx.send(std::mem::take(&mut batch)).is_ok();
+    let (events_tx, events) = channel::<Event>();
+    // One credit per batch in flight: the reader takes one before each batch, the commit of a
+    // batch gives it back. Dropping the sender stops the reader.
+    let (credit_tx, credits) = sync_channel::<()>(IN_FLIGHT);
+    for _ in 0..IN_FLIGHT {
+        let _ = credit_tx.send(());
+    }
+    let mut credit_tx = Some(credit_tx);
+    std::thread::scope(|threads| -> Result<(), RunError> {
+        let reader_tx = events_tx.clone();
+        let reader = threads.spawn(move || {
+            let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                let mut batch = Vec::with_capacity(BATCH_ROWS);
+                let send = |batch: Vec<RawRow>| {
+                    credits.recv().is_ok() && reader_tx.send(Event::Batch(batch)).is_ok()
+                };
+                let mut open = true;
+                let result = read_files(&files, &mut |row| {
+                    batch.push(row);
+                    if batch.len() == BATCH_ROWS {
+                        open = send(std::mem::replace(
+                            &mut batch,
+                            Vec::with_capacity(BATCH_ROWS),
+                        ));
+                    }
+                    open
+                });
+                if open && !batch.is_empty() {
+                    send(batch);
                 }
-                open
-            });
-            if open && !batch.is_empty() {
-                let _ = tx.send(batch);
-            }
-            result
+                result
+            }));
+            let _ = reader_tx.send(Event::ReadDone(result));
         });
-        let mut pending: Option<Vec<Processed>> = None;
-        let mut done = false;
-        for batch in rx.iter() {
-            let ((rows, first_seen), committed) = rayon::join(
-                || stage.process(batch, deduper.as_deref_mut()),
-                || match pending.take() {
-                    Some(rows) => commit.batch(rows, sinks),
-                    None => Ok(false),
-                },
-            );
-            progress.rows_done(commit.stats.read, commit.stats.kept, commit.stats.tokens);
-            if committed? {
-                // The `take` is met: this batch was never needed. Forget its first occurrences
-                // so that later sources are deduplicated exactly as if it had not been read.
-                if let Some(d) = deduper.as_deref_mut() {
-                    first_seen.iter().for_each(|fp| d.forget(fp));
+        let dedup = deduper.is_some();
+        let outcome = pool.in_place_scope(|jobs| -> Result<(), RunError> {
+            let mut read = 0u64;
+            let mut reading = true;
+            let mut next_dedup = 0u64;
+            let mut next_commit = 0u64;
+            let mut prepared: BTreeMap<u64, Vec<Processed>> = BTreeMap::new();
+            let mut worked: BTreeMap<u64, Vec<Processed>> = BTreeMap::new();
+            // Fingerprints first seen per batch, until the batch is committed.
+            let mut first_seen: BTreeMap<u64, Vec<Fingerprint>> = BTreeMap::new();
+            while reading || next_commit < read {
+                let Ok(event) = events.recv() else { break };
+                match event {
+                    Event::Batch(batch) => {
+                        let (seq, tx) = (read, events_tx.clone());
+                        read += 1;
+                        jobs.spawn(move |_| {
+                            let result =
+                                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                                    let mut rows = stage.prepare_batch(batch, dedup);
+                                    if !dedup {
+                                        stage.work_batch(&mut rows);
+                                    }
+                                    rows
+                                }));
+                            let _ = tx.send(if dedup {
+                                Event::Prepared(seq, result)
+                            } else {
+                                Event::Worked(seq, result)
+                            });
+                        });
+                    }
+                    Event::Prepared(seq, rows) => {
+                        prepared.insert(seq, resume(rows));
+                        // Dedup decides in input order, so the first occurrence always wins.
+                        while let Some(mut rows) = prepared.remove(&next_dedup) {
+                            if let Some(d) = deduper.as_deref_mut() {
+                                first_seen.insert(next_dedup, dedup_batch(d, &mut rows));
+                            }
+                            let tx = events_tx.clone();
+                            let seq = next_dedup;
+                            jobs.spawn(move |_| {
+                                let result =
+                                    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                                        stage.work_batch(&mut rows);
+                                        rows
+                                    }));
+                                let _ = tx.send(Event::Worked(seq, result));
+                            });
+                            next_dedup += 1;
+                        }
+                    }
+                    Event::Worked(seq, rows) => {
+                        worked.insert(seq, resume(rows));
+                        while let Some(rows) = worked.remove(&next_commit) {
+                            first_seen.remove(&next_commit);
+                            next_commit += 1;
+                            let done = commit.batch(rows, sinks)?;
+                            progress.rows_done(
+                                commit.stats.read,
+                                commit.stats.kept,
+                                commit.stats.tokens,
+                            );
+                            if done {
+                                // The `take` is met: later batches were never needed. Forget
+                                // their first occurrences so that later sources are
+                                // deduplicated exactly as if they had not been read.
+                                if let Some(d) = deduper.as_deref_mut() {
+                                    first_seen.values().flatten().for_each(|fp| d.forget(fp));
+                                }
+                                return Ok(());
+                            }
+                            if let Some(tx) = &credit_tx {
+                                let _ = tx.send(());
+                            }
+                        }
+                    }
+                    Event::ReadDone(result) => {
+                        reading = false;
+                        resume(result)?;
+                    }
                 }
-                done = true;
-                break;
             }
-            pending = Some(rows);
-        }
-        if let (Some(rows), false) = (pending, done) {
-            commit.batch(rows, sinks)?;
-            progress.rows_done(commit.stats.read, commit.stats.kept, commit.stats.tokens);
-        }
-        // Dropping the receiver (end of scope) makes a reader that is still going stop.
-        drop(rx);
-        match reader.join() {
-            Ok(result) => result.map_err(RunError::from),
+            Ok(())
+        });
+        // Stops a reader that is still going (the `take` is met, or an error).
+        credit_tx = None;
+        drop(events);
+        let read = reader.join();
+        outcome?;
+        match read {
+            Ok(()) => Ok(()),
             Err(panic) => std::panic::resume_unwind(panic),
         }
     })?;
     Ok(commit.stats)
+}
+
+/// The value of a job, or its panic re-raised here.
+fn resume<T>(result: std::thread::Result<T>) -> T {
+    result.unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+}
+
+/// Marks the duplicates of a batch (their conversation is dropped unprocessed); returns the
+/// fingerprints seen for the first time.
+fn dedup_batch(deduper: &mut Deduper, rows: &mut [Processed]) -> Vec<Fingerprint> {
+    let mut first_seen = Vec::new();
+    for ready in rows.iter_mut().filter_map(|p| p.result.as_mut().ok()) {
+        if let Some(fp) = ready.fingerprint {
+            if deduper.is_duplicate(fp) {
+                ready.conversation = None;
+            } else {
+                first_seen.push(fp);
+            }
+        }
+    }
+    first_seen
 }
 
 /// The in-order part of a source: accounting, side outputs, spilling.

@@ -9,11 +9,15 @@ use crate::report::{summary_table, SourceStats};
 use crate::tokenize::{Backend, BackendReport, Tokenizer};
 use crate::validate::Validator;
 use crate::write::manifest::{Encoder, HubInput, InputFile, Inputs, Manifest, Settings, Tool};
-use crate::write::{self, read_bucket, shard_name, ShardWriter, Spill};
+use crate::write::{
+    self, read_bucket, record_batch, shard_name, ShardWriter, Spill, WriteError, SHARD_BATCH_ROWS,
+};
 use anyhow::{bail, Context, Result};
+use arrow_array::RecordBatch;
 use std::fs;
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -31,10 +35,29 @@ pub fn run(args: &BuildArgs, printer: &Printer) -> Result<()> {
         HubAccess::Auto
     };
     let plan = plan::compile(&args.pipeline, access)?;
+    // Hashing the inputs for the manifest (gigabytes for a full build) runs beside the whole
+    // build, off its critical path; an error cancels it.
+    let cancel = AtomicBool::new(false);
+    std::thread::scope(|scope| {
+        let hashing = scope.spawn(|| input_files(&plan, &cancel));
+        let built = build(&plan, args, hashing, printer, started);
+        cancel.store(true, Ordering::Relaxed);
+        built
+    })
+}
+
+/// The build proper; `hashing` yields the inputs' sizes and hashes.
+fn build(
+    plan: &Plan,
+    args: &BuildArgs,
+    hashing: std::thread::ScopedJoinHandle<Result<Vec<InputFile>>>,
+    printer: &Printer,
+    started: Instant,
+) -> Result<()> {
     for note in &plan.notes {
         printer.info(&format!("note: {note}"));
     }
-    let (processor, backend) = processor(&plan)?;
+    let (processor, backend) = processor(plan)?;
     printer.info(&format!("encoder: {backend}"));
     printer.info(&match processor.renderer.native() {
         Some(template) => format!(
@@ -63,14 +86,12 @@ pub fn run(args: &BuildArgs, printer: &Printer) -> Result<()> {
     let mut spill = Spill::new(&spill_dir, plan.shuffle)?;
     let mut rejects = create(&staging.join("rejects.jsonl"))?;
     let mut conversations = create(&staging.join("conversations.jsonl"))?;
-    let stats = pool.install(|| {
-        let mut sinks = Sinks {
-            spill: &mut spill,
-            rejects: &mut rejects,
-            conversations: &mut conversations,
-        };
-        pipeline::run(&plan, &processor, &mut sinks, &progress)
-    })?;
+    let mut sinks = Sinks {
+        spill: &mut spill,
+        rejects: &mut rejects,
+        conversations: &mut conversations,
+    };
+    let stats = pipeline::run(plan, &processor, &mut sinks, &progress, &pool)?;
     progress.finish();
     rejects.flush().context("failed to write rejects.jsonl")?;
     conversations
@@ -98,22 +119,17 @@ pub fn run(args: &BuildArgs, printer: &Printer) -> Result<()> {
     }
 
     let source_names = Arc::new(plan.sources.iter().map(|s| s.name.clone()).collect());
-    let (shards, input_files) = std::thread::scope(|scope| {
-        // Hashing the inputs (gigabytes for a full build) overlaps writing the shards.
-        let inputs = scope.spawn(|| input_files(&plan));
-        let shards = write_shards(
-            &staging,
-            spill,
-            total_rows,
-            plan.rows_per_shard,
-            source_names,
-        );
-        match inputs.join() {
-            Ok(files) => (shards, files),
-            Err(panic) => std::panic::resume_unwind(panic),
-        }
-    });
-    let (shards, input_files) = (shards?, input_files?);
+    let shards = write_shards(
+        &staging,
+        spill,
+        total_rows,
+        plan.rows_per_shard,
+        source_names,
+    )?;
+    let input_files = match hashing.join() {
+        Ok(files) => files?,
+        Err(panic) => std::panic::resume_unwind(panic),
+    };
     fs::remove_dir_all(&spill_dir).ok();
 
     let files: Vec<String> = shards.iter().map(|s| s.file.clone()).collect();
@@ -133,7 +149,7 @@ pub fn run(args: &BuildArgs, printer: &Printer) -> Result<()> {
         &write::state_json(&files, &fingerprint[..16]),
     )?;
     let manifest = manifest(
-        &plan,
+        plan,
         named,
         shards,
         input_files,
@@ -215,8 +231,15 @@ fn check_output_dir(out: &Path) -> Result<()> {
     Ok(())
 }
 
-/// Appends the spilled rows to the shards in key order. A reader thread loads and sorts the
-/// next bucket while the current one is written.
+/// A record batch for the shard writer, and whether it ends its shard.
+struct ShardBatch {
+    shard: usize,
+    batch: Result<RecordBatch, WriteError>,
+    ends_shard: bool,
+}
+
+/// Appends the spilled rows to the shards in key order. A thread loads and sorts the buckets
+/// and builds the record batches while this one encodes, hashes and writes them.
 fn write_shards(
     dir: &Path,
     spill: Spill,
@@ -226,50 +249,102 @@ fn write_shards(
 ) -> Result<Vec<write::ShardSummary>> {
     let count = total_rows.div_ceil(rows_per_shard as u64) as usize;
     let buckets = spill.finish()?;
-    let (tx, rx) = std::sync::mpsc::sync_channel(1);
+    let (tx, rx) = std::sync::mpsc::sync_channel::<ShardBatch>(2);
     std::thread::scope(|scope| {
         scope.spawn(move || {
+            let mut shard = 0usize;
+            let mut in_shard = 0usize;
+            let mut pending = Vec::with_capacity(SHARD_BATCH_ROWS);
             for bucket in buckets {
-                let rows = read_bucket(&bucket);
+                let rows = match read_bucket(&bucket) {
+                    Ok(rows) => rows,
+                    Err(e) => {
+                        let _ = tx.send(ShardBatch {
+                            shard,
+                            batch: Err(e),
+                            ends_shard: false,
+                        });
+                        return;
+                    }
+                };
                 fs::remove_file(&bucket).ok();
-                if tx.send(rows).is_err() {
-                    break;
+                for row in rows {
+                    pending.push(row);
+                    in_shard += 1;
+                    let ends_shard = in_shard == rows_per_shard;
+                    if pending.len() == SHARD_BATCH_ROWS || ends_shard {
+                        let batch =
+                            record_batch(&pending, &sources).map_err(|message| WriteError::Arrow {
+                                path: dir.join(shard_name(shard, count)),
+                                message,
+                            });
+                        pending.clear();
+                        if tx
+                            .send(ShardBatch {
+                                shard,
+                                batch,
+                                ends_shard,
+                            })
+                            .is_err()
+                        {
+                            return;
+                        }
+                        if ends_shard {
+                            shard += 1;
+                            in_shard = 0;
+                        }
+                    }
                 }
+            }
+            if !pending.is_empty() {
+                let batch = record_batch(&pending, &sources).map_err(|message| WriteError::Arrow {
+                    path: dir.join(shard_name(shard, count)),
+                    message,
+                });
+                let _ = tx.send(ShardBatch {
+                    shard,
+                    batch,
+                    ends_shard: true,
+                });
             }
         });
         let mut shards = Vec::with_capacity(count);
         let mut current: Option<ShardWriter> = None;
-        for rows in rx {
-            for row in rows? {
-                let writer = match current.as_mut() {
-                    Some(w) => w,
-                    None => current.insert(ShardWriter::create(
-                        dir,
-                        shard_name(shards.len(), count),
-                        sources.clone(),
-                    )?),
-                };
-                writer.push(row)?;
-                if writer.rows() == rows_per_shard as u64 {
-                    if let Some(w) = current.take() {
-                        shards.push(w.finish()?);
-                    }
+        for ShardBatch {
+            shard,
+            batch,
+            ends_shard,
+        } in rx
+        {
+            let batch = batch?;
+            let writer = match current.as_mut() {
+                Some(w) => w,
+                None => current.insert(ShardWriter::create(dir, shard_name(shard, count))?),
+            };
+            writer.write(&batch)?;
+            if ends_shard {
+                if let Some(w) = current.take() {
+                    shards.push(w.finish()?);
                 }
             }
         }
-        if let Some(w) = current.take() {
-            shards.push(w.finish()?);
+        if shards.len() != count {
+            bail!(
+                "internal error: wrote {} of {count} shards from the spill",
+                shards.len()
+            );
         }
         Ok(shards)
     })
 }
 
-/// Size and SHA-256 of every input file, for the manifest.
-fn input_files(plan: &Plan) -> Result<Vec<InputFile>> {
+/// Size and SHA-256 of every input file, for the manifest. Stops early (with an error nobody
+/// sees) once `cancel` is set.
+fn input_files(plan: &Plan, cancel: &AtomicBool) -> Result<Vec<InputFile>> {
     let mut files = Vec::new();
     for source in &plan.sources {
         for (path, shown) in source.files.iter().zip(&source.display_files) {
-            let (bytes, sha256) = hash_file(path)?;
+            let (bytes, sha256) = hash_file(path, cancel)?;
             files.push(InputFile {
                 source: source.name.clone(),
                 path: shown.clone(),
@@ -352,13 +427,27 @@ fn manifest(
 }
 
 /// Size and SHA-256 of a file, streamed (input files can be gigabytes).
-fn hash_file(path: &Path) -> Result<(u64, String)> {
+fn hash_file(path: &Path, cancel: &AtomicBool) -> Result<(u64, String)> {
     use sha2::{Digest, Sha256};
-    let mut file =
-        fs::File::open(path).with_context(|| format!("failed to read `{}`", path.display()))?;
+    use std::io::Read;
+    let context = || format!("failed to read `{}`", path.display());
+    let mut file = fs::File::open(path).with_context(context)?;
     let mut hasher = Sha256::new();
-    let bytes = std::io::copy(&mut file, &mut hasher)
-        .with_context(|| format!("failed to read `{}`", path.display()))?;
+    let mut buf = vec![0u8; 1 << 20];
+    let mut bytes = 0u64;
+    loop {
+        if cancel.load(Ordering::Relaxed) {
+            bail!("cancelled");
+        }
+        let n = match file.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e).with_context(context),
+        };
+        hasher.update(&buf[..n]);
+        bytes += n as u64;
+    }
     Ok((bytes, hex::encode(hasher.finalize())))
 }
 

@@ -10,7 +10,7 @@ mod shard;
 mod spill;
 
 pub use dataset::{dataset_info_json, pretty, shard_name, state_json};
-pub use shard::{schema, ShardSummary, ShardWriter};
+pub use shard::{record_batch, schema, ShardSummary, ShardWriter, BATCH_ROWS as SHARD_BATCH_ROWS};
 pub use spill::{read_bucket, shuffle_key, Spill};
 
 /// One tokenized output row.

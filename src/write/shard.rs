@@ -15,11 +15,13 @@ use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-/// Rows per record batch, as `datasets` writes them.
-const BATCH_ROWS: usize = 1000;
-
 /// The output schema, with the `huggingface` metadata `datasets` itself writes.
 pub fn schema() -> Arc<Schema> {
+    static SCHEMA: std::sync::LazyLock<Arc<Schema>> = std::sync::LazyLock::new(build_schema);
+    SCHEMA.clone()
+}
+
+fn build_schema() -> Arc<Schema> {
     let fields = vec![
         Field::new(
             "input_ids",
@@ -66,20 +68,68 @@ impl Write for HashingFile {
     }
 }
 
+/// Rows per record batch, as `datasets` writes them. Batches never span shards: a shard's
+/// batches start at its first row.
+pub const BATCH_ROWS: usize = 1000;
+
+/// The record batch of `rows` (built apart from the writer, so that building the next batch
+/// overlaps writing this one). `sources` names the rows' source indices.
+pub fn record_batch(rows: &[TokenRow], sources: &[String]) -> Result<RecordBatch, String> {
+    let tokens: usize = rows.iter().map(|r| r.ids.len()).sum();
+    // Built from plain buffers (no null buffers, like builders without nulls write them).
+    let mut offsets = Vec::with_capacity(rows.len() + 1);
+    let mut ids: Vec<i32> = Vec::with_capacity(tokens);
+    let mut mask: Vec<i8> = Vec::with_capacity(tokens);
+    let mut sample_ids = StringBuilder::new();
+    let mut source_names = StringBuilder::new();
+    let mut seq_len = Vec::with_capacity(rows.len());
+    offsets.push(0i32);
+    for row in rows {
+        // Token ids fit in i32: vocabularies are far below 2^31.
+        ids.extend(row.ids.iter().map(|&i| i as i32));
+        mask.extend(row.mask.iter().map(|&m| m as i8));
+        let end = i32::try_from(ids.len())
+            .map_err(|_| "a record batch exceeds 2^31 tokens".to_owned())?;
+        offsets.push(end);
+        seq_len.push(row.ids.len() as i64);
+        sample_ids.append_value(&row.sample_id);
+        source_names.append_value(
+            sources
+                .get(row.source as usize)
+                .map(String::as_str)
+                .unwrap_or_default(),
+        );
+    }
+    let offsets = OffsetBuffer::new(ScalarBuffer::from(offsets));
+    let list = |item: DataType, values: ArrayRef| {
+        ListArray::new(
+            Arc::new(Field::new("item", item, true)),
+            offsets.clone(),
+            values,
+            None,
+        )
+    };
+    let columns: Vec<ArrayRef> = vec![
+        Arc::new(list(DataType::Int32, Arc::new(Int32Array::from(ids)))),
+        Arc::new(list(DataType::Int8, Arc::new(Int8Array::from(mask)))),
+        Arc::new(Int64Array::from(seq_len)),
+        Arc::new(sample_ids.finish()),
+        Arc::new(source_names.finish()),
+    ];
+    RecordBatch::try_new(schema(), columns).map_err(|e| e.to_string())
+}
+
 /// Writes one shard. Call [`ShardWriter::finish`]; a dropped writer leaves only a temp file.
 pub struct ShardWriter {
     writer: StreamWriter<HashingFile>,
-    schema: Arc<Schema>,
     temp: PathBuf,
     path: PathBuf,
     file: String,
     rows: u64,
-    pending: Vec<TokenRow>,
-    sources: Arc<Vec<String>>,
 }
 
 impl ShardWriter {
-    pub fn create(dir: &Path, file: String, sources: Arc<Vec<String>>) -> Result<Self, WriteError> {
+    pub fn create(dir: &Path, file: String) -> Result<Self, WriteError> {
         let path = dir.join(&file);
         let temp = dir.join(format!(".{file}.partial"));
         let f = File::create(&temp).map_err(|e| WriteError::Io(temp.clone(), e))?;
@@ -88,29 +138,26 @@ impl ShardWriter {
             hasher: Sha256::new(),
             bytes: 0,
         };
-        let schema = schema();
-        let writer = StreamWriter::try_new(sink, &schema).map_err(|e| WriteError::Arrow {
+        let writer = StreamWriter::try_new(sink, &schema()).map_err(|e| WriteError::Arrow {
             path: path.clone(),
             message: e.to_string(),
         })?;
         Ok(ShardWriter {
             writer,
-            schema,
             temp,
             path,
             file,
             rows: 0,
-            pending: Vec::with_capacity(BATCH_ROWS),
-            sources,
         })
     }
 
-    pub fn push(&mut self, row: TokenRow) -> Result<(), WriteError> {
-        self.pending.push(row);
-        self.rows += 1;
-        if self.pending.len() >= BATCH_ROWS {
-            self.flush_batch()?;
-        }
+    /// Appends a batch made by [`record_batch`].
+    pub fn write(&mut self, batch: &RecordBatch) -> Result<(), WriteError> {
+        self.writer.write(batch).map_err(|e| WriteError::Arrow {
+            path: self.path.clone(),
+            message: e.to_string(),
+        })?;
+        self.rows += batch.num_rows() as u64;
         Ok(())
     }
 
@@ -118,75 +165,15 @@ impl ShardWriter {
         self.rows
     }
 
-    fn flush_batch(&mut self) -> Result<(), WriteError> {
-        if self.pending.is_empty() {
-            return Ok(());
-        }
-        let rows = std::mem::take(&mut self.pending);
-        let tokens: usize = rows.iter().map(|r| r.ids.len()).sum();
-        // Built from plain buffers (no null buffers, like builders without nulls write them).
-        let mut offsets = Vec::with_capacity(rows.len() + 1);
-        let mut ids: Vec<i32> = Vec::with_capacity(tokens);
-        let mut mask: Vec<i8> = Vec::with_capacity(tokens);
-        let mut sample_ids = StringBuilder::new();
-        let mut sources = StringBuilder::new();
-        let mut seq_len = Vec::with_capacity(rows.len());
-        offsets.push(0i32);
-        for row in &rows {
-            // Token ids fit in i32: vocabularies are far below 2^31.
-            ids.extend(row.ids.iter().map(|&i| i as i32));
-            mask.extend(row.mask.iter().map(|&m| m as i8));
-            let end = i32::try_from(ids.len()).map_err(|_| WriteError::Arrow {
-                path: self.path.clone(),
-                message: "a record batch exceeds 2^31 tokens".into(),
-            })?;
-            offsets.push(end);
-            seq_len.push(row.ids.len() as i64);
-            sample_ids.append_value(&row.sample_id);
-            sources.append_value(
-                self.sources
-                    .get(row.source as usize)
-                    .map(String::as_str)
-                    .unwrap_or_default(),
-            );
-        }
-        let offsets = OffsetBuffer::new(ScalarBuffer::from(offsets));
-        let list = |item: DataType, values: ArrayRef| {
-            ListArray::new(
-                Arc::new(Field::new("item", item, true)),
-                offsets.clone(),
-                values,
-                None,
-            )
-        };
-        let columns: Vec<ArrayRef> = vec![
-            Arc::new(list(DataType::Int32, Arc::new(Int32Array::from(ids)))),
-            Arc::new(list(DataType::Int8, Arc::new(Int8Array::from(mask)))),
-            Arc::new(Int64Array::from(seq_len)),
-            Arc::new(sample_ids.finish()),
-            Arc::new(sources.finish()),
-        ];
-        let arrow_err = |e: arrow_schema::ArrowError| WriteError::Arrow {
-            path: self.path.clone(),
-            message: e.to_string(),
-        };
-        let batch = RecordBatch::try_new(self.schema.clone(), columns).map_err(arrow_err)?;
-        self.writer.write(&batch).map_err(arrow_err)?;
-        Ok(())
-    }
-
     /// Writes the end-of-stream marker, syncs, and renames the shard into place.
-    pub fn finish(mut self) -> Result<ShardSummary, WriteError> {
-        self.flush_batch()?;
+    pub fn finish(self) -> Result<ShardSummary, WriteError> {
         let arrow_err = |path: &Path, e: arrow_schema::ArrowError| WriteError::Arrow {
             path: path.to_owned(),
             message: e.to_string(),
         };
-        self.writer.finish().map_err(|e| arrow_err(&self.path, e))?;
-        let mut sink = self
-            .writer
-            .into_inner()
-            .map_err(|e| arrow_err(&self.path, e))?;
+        let mut writer = self.writer;
+        writer.finish().map_err(|e| arrow_err(&self.path, e))?;
+        let mut sink = writer.into_inner().map_err(|e| arrow_err(&self.path, e))?;
         sink.flush()
             .map_err(|e| WriteError::Io(self.temp.clone(), e))?;
         let sha256 = hex::encode(sink.hasher.finalize_reset());
