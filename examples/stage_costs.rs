@@ -1,9 +1,12 @@
-//! Per-row cost of each pipeline stage, one thread, on the first N rows of a pipeline's first
-//! source: where the time outside the encoder goes.
+//! Per-row cost of each pipeline stage on one thread, for the first rows of a pipeline's first
+//! source file (JSON lines): where the time outside the encoder goes.
 //!
 //! ```text
 //! cargo run --release --example stage_costs -- PIPELINE.yaml [ROWS]
 //! ```
+//! Rows the adapter or validator rejects are skipped. The stages run back to back per row, as
+//! in a build, so each sees the caches the previous one left (the mask check runs right after
+//! the encoder, which has evicted the token table).
 
 use anyhow::{Context, Result};
 use chatshards::adapt::{to_sharegpt_record, Repairs};
@@ -13,106 +16,106 @@ use chatshards::tokenize::mask;
 use std::io::BufRead;
 use std::time::{Duration, Instant};
 
+// The allocator of the `chatshards` binary.
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+const STAGES: [&str; 7] = [
+    "parse JSON",
+    "adapt + validate",
+    "render",
+    "encode",
+    "mask + check",
+    "record line",
+    "sample id + key",
+];
 
 fn main() -> Result<()> {
     let mut args = std::env::args().skip(1);
     let pipeline = args
         .next()
         .context("usage: stage_costs PIPELINE.yaml [ROWS]")?;
-    let rows: usize = args
+    let limit: usize = args
         .next()
         .map(|s| s.parse())
         .transpose()?
         .unwrap_or(20_000);
     let plan = plan::compile(pipeline.as_ref(), HubAccess::Locked)?;
-    let (processor, _) = chatshards::commands::build::processor(&plan)?;
-    let source = &plan.sources[0];
-    let file = std::fs::File::open(&source.files[0])?;
+    let (processor, report) = chatshards::commands::build::processor(&plan)?;
+    let source = plan.sources.first().context("the pipeline has no source")?;
+    let path = source.files.first().context("the source has no file")?;
+    let file = std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;
     let lines: Vec<Vec<u8>> = std::io::BufReader::new(file)
         .split(b'\n')
-        .take(rows)
+        .take(limit)
         .collect::<std::io::Result<_>>()?;
-    let mut t = [Duration::ZERO; 10];
-    let names = [
-        "json",
-        "adapt+validate",
-        "render",
-        "encode",
-        "mask compute",
-        "mask verify",
-        "record line",
-        "sample id+key",
-        "(normalize)",
-        "(verify again)",
-    ];
-    let mut tokens = 0usize;
+
+    let mut spent = [Duration::ZERO; STAGES.len()];
+    let (mut rows, mut tokens) = (0usize, 0usize);
+    let tk = &processor.tokenizer;
     for (n, line) in lines.iter().enumerate() {
-        let s = Instant::now();
+        let mut marks = [Instant::now(); STAGES.len() + 1];
         let value: serde_json::Value = serde_json::from_slice(line)?;
-        let a = Instant::now();
+        marks[1] = Instant::now();
         let mut repairs = Repairs::new();
-        let Ok(conv) = source.adapter.prepare(&value, &mut repairs) else {
+        let Ok(conversation) = source.adapter.prepare(&value, &mut repairs) else {
             continue;
         };
-        let Ok(conv) = processor.validator.validate(conv, &mut repairs) else {
+        let Ok(conversation) = processor.validator.validate(conversation, &mut repairs) else {
             continue;
         };
-        let b = Instant::now();
-        let spec = plan_rows(&conv, processor.policy).remove(0);
+        marks[2] = Instant::now();
+        let Some(spec) = plan_rows(&conversation, processor.policy).pop() else {
+            continue;
+        };
         let text = processor
             .renderer
-            .render(&conv)
+            .render(&conversation)
             .map_err(|e| anyhow::anyhow!(e.message))?;
-        let c = Instant::now();
-        let tk = &processor.tokenizer;
+        marks[3] = Instant::now();
         let ids = tk.encoder.encode(&text).map_err(anyhow::Error::msg)?;
-        let d = Instant::now();
-        let (m, _) = mask::compute(&ids, &tk.markers, &spec.supervise);
-        let e = Instant::now();
-        let norm = tk.normalize(&text);
-        let e2 = Instant::now();
-        mask::verify(&norm, &ids, &m, &tk.bytes, &tk.markers, &spec.supervise)?;
-        let f = Instant::now();
-        mask::verify(&norm, &ids, &m, &tk.bytes, &tk.markers, &spec.supervise)?;
-        let f2 = Instant::now();
-        t[9] += f2 - f;
-        t[8] += e2 - e;
-        let id = format!("synthetic:0:{n}");
-        let mut l = serde_json::to_string(&to_sharegpt_record(&conv, &id, "synthetic"))?;
-        l.push('\n');
-        let g = Instant::now();
-        let f = f2;
-        let sid = format!("{id}:0");
-        std::hint::black_box(chatshards::write::shuffle_key(1, &sid));
-        let h = Instant::now();
-        for (i, (x, y)) in [
-            (s, a),
-            (a, b),
-            (b, c),
-            (c, d),
-            (d, e),
-            (e, f),
-            (f, g),
-            (g, h),
-        ]
-        .iter()
-        .enumerate()
-        {
-            t[i] += *y - *x;
+        marks[4] = Instant::now();
+        let (loss_mask, _) = mask::compute(&ids, &tk.markers, &spec.supervise);
+        let normalized = tk.normalize(&text);
+        mask::verify(
+            &normalized,
+            &ids,
+            &loss_mask,
+            &tk.bytes,
+            &tk.markers,
+            &spec.supervise,
+        )?;
+        marks[5] = Instant::now();
+        let id = format!("{}:0:{n}", source.name);
+        let mut record =
+            serde_json::to_string(&to_sharegpt_record(&conversation, &id, &source.name))?;
+        record.push('\n');
+        marks[6] = Instant::now();
+        let sample_id = format!("{id}:0");
+        std::hint::black_box(chatshards::write::shuffle_key(plan.seed, &sample_id));
+        marks[7] = Instant::now();
+        for (total, pair) in spent.iter_mut().zip(marks.windows(2)) {
+            *total += pair[1] - pair[0];
         }
+        rows += 1;
         tokens += ids.len();
     }
-    let n = lines.len() as f64;
-    println!("{} rows, {} tokens", lines.len(), tokens);
-    let enc = t[3].as_secs_f64();
-    for (name, d) in names.iter().zip(t) {
+    println!("{rows} rows, {tokens} tokens, encoder: {report}, one thread");
+    let per_row = |d: Duration| d.as_secs_f64() / rows.max(1) as f64 * 1e6;
+    let encode = spent[3].as_secs_f64();
+    for (name, d) in STAGES.iter().zip(spent) {
         println!(
-            "{name:<16} {:>8.2} µs/row  {:>6.2}% of encode",
-            d.as_secs_f64() / n * 1e6,
-            d.as_secs_f64() / enc * 100.0
+            "{name:<16} {:>8.2} µs/row {:>7.2}% of encode",
+            per_row(d),
+            d.as_secs_f64() / encode * 100.0
         );
     }
+    let others: Duration = spent.iter().sum::<Duration>() - spent[3];
+    println!(
+        "{:<16} {:>8.2} µs/row {:>7.2}% of encode",
+        "all but encode",
+        per_row(others),
+        others.as_secs_f64() / encode * 100.0
+    );
     Ok(())
 }

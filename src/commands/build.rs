@@ -252,8 +252,7 @@ fn write_shards(
     let (tx, rx) = std::sync::mpsc::sync_channel::<ShardBatch>(2);
     std::thread::scope(|scope| {
         scope.spawn(move || {
-            let mut shard = 0usize;
-            let mut in_shard = 0usize;
+            let (mut shard, mut in_shard, mut seen) = (0usize, 0usize, 0u64);
             let mut pending = Vec::with_capacity(SHARD_BATCH_ROWS);
             for bucket in buckets {
                 let rows = match read_bucket(&bucket) {
@@ -271,7 +270,8 @@ fn write_shards(
                 for row in rows {
                     pending.push(row);
                     in_shard += 1;
-                    let ends_shard = in_shard == rows_per_shard;
+                    seen += 1;
+                    let ends_shard = in_shard == rows_per_shard || seen == total_rows;
                     if pending.len() == SHARD_BATCH_ROWS || ends_shard {
                         let batch =
                             record_batch(&pending, &sources).map_err(|message| WriteError::Arrow {
@@ -296,17 +296,6 @@ fn write_shards(
                     }
                 }
             }
-            if !pending.is_empty() {
-                let batch = record_batch(&pending, &sources).map_err(|message| WriteError::Arrow {
-                    path: dir.join(shard_name(shard, count)),
-                    message,
-                });
-                let _ = tx.send(ShardBatch {
-                    shard,
-                    batch,
-                    ends_shard: true,
-                });
-            }
         });
         let mut shards = Vec::with_capacity(count);
         let mut current: Option<ShardWriter> = None;
@@ -330,7 +319,7 @@ fn write_shards(
         }
         if shards.len() != count {
             bail!(
-                "internal error: wrote {} of {count} shards from the spill",
+                "internal error: the spill held {} shard(s) of rows, not {count}",
                 shards.len()
             );
         }
@@ -465,4 +454,65 @@ fn create(path: &Path) -> Result<BufWriter<fs::File>> {
 
 fn write_file(path: &Path, text: &str) -> Result<()> {
     fs::write(path, text).with_context(|| format!("failed to write `{}`", path.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::write::{shuffle_key, TokenRow};
+
+    /// Rows per record batch in each shard, read back with the Arrow stream reader.
+    fn batch_rows(path: &Path) -> Vec<usize> {
+        let file = fs::File::open(path).expect("shard");
+        arrow_ipc::reader::StreamReader::try_new(file, None)
+            .expect("stream")
+            .map(|b| b.expect("batch").num_rows())
+            .collect()
+    }
+
+    #[test]
+    fn shards_end_on_their_size_and_batches_restart_in_each_shard() {
+        // (rows, rows per shard): a last batch that is full, one that is not, shard sizes that
+        // are and are not multiples of the batch size.
+        for (total, per_shard) in [
+            (999u64, 100_000usize),
+            (1000, 100_000),
+            (2000, 100_000),
+            (2000, 1000),
+            (2001, 1000),
+            (2500, 1200),
+            (65, 64),
+        ] {
+            let dir = tempfile::tempdir().expect("tempdir");
+            let mut spill = Spill::new(&dir.path().join(".spill"), true).expect("spill");
+            for i in 0..total {
+                let sample_id = format!("s:0:{i}");
+                spill
+                    .push(&TokenRow {
+                        key: shuffle_key(7, &sample_id),
+                        sample_id,
+                        source: 0,
+                        ids: vec![i as u32, 1],
+                        mask: vec![0, 1],
+                    })
+                    .expect("push");
+            }
+            let shards =
+                write_shards(dir.path(), spill, total, per_shard, Arc::new(vec![])).expect("write");
+            let sizes: Vec<u64> = shards.iter().map(|s| s.rows).collect();
+            let mut expected = vec![per_shard as u64; (total / per_shard as u64) as usize];
+            if !total.is_multiple_of(per_shard as u64) {
+                expected.push(total % per_shard as u64);
+            }
+            assert_eq!(sizes, expected, "{total} rows, {per_shard} per shard");
+            for (shard, &rows) in shards.iter().zip(&expected) {
+                let batches = batch_rows(&dir.path().join(&shard.file));
+                let mut want = vec![SHARD_BATCH_ROWS; rows as usize / SHARD_BATCH_ROWS];
+                if !(rows as usize).is_multiple_of(SHARD_BATCH_ROWS) {
+                    want.push(rows as usize % SHARD_BATCH_ROWS);
+                }
+                assert_eq!(batches, want, "{} of {total} rows", shard.file);
+            }
+        }
+    }
 }
