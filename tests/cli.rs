@@ -428,9 +428,51 @@ fn native_and_minijinja_renderers_write_byte_identical_datasets() {
 }
 
 #[test]
+fn a_file_that_breaks_off_mid_build_stops_it_naming_the_file_and_record() {
+    // More rows than fit in flight, so the error arrives while batches are being processed and
+    // the reader waits for room; the build must end with the read error, not hang or succeed.
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let rows: Vec<String> = (0..6000)
+        .map(|i| {
+            serde_json::json!({"conversations": [
+                {"from": "human", "value": format!("question {i}")},
+                {"from": "gpt", "value": format!("answer {i}")}]})
+            .to_string()
+        })
+        .collect();
+    let file = tmp.path().join("broken.json");
+    std::fs::write(
+        &file,
+        format!("[{},\n{{\"conversations\": [", rows.join(",\n")),
+    )
+    .expect("write");
+    let p = pipeline(
+        tmp.path(),
+        &format!(
+            "sources:\n  - name: broken\n    files: [{}]\n    format: sharegpt\noutput:\n  dir: out\n",
+            file.display()
+        ),
+    );
+    for threads in [1, 2] {
+        let out = build(&p, threads);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{stderr}");
+        assert!(
+            stderr.contains(&format!(
+                "`{}` is not valid JSON near record 6000",
+                file.display()
+            )),
+            "{stderr}"
+        );
+        assert!(!tmp.path().join("out").exists());
+    }
+}
+
+#[test]
 fn take_stops_a_source_without_counting_or_remembering_rows_read_ahead() {
-    // Rows are processed a batch (512) ahead of the in-order commit. When `take` is met, the
-    // batch read ahead must leave no trace: not counted, and not seen by cross-source dedup.
+    // Rows are processed up to 8 batches (of 512) ahead of the in-order commit. When `take` is
+    // met, the batches read ahead must leave no trace: not counted, and not seen by cross-source
+    // dedup; and the reader, stalled for lack of room, must stop.
     let tmp = tempfile::tempdir().expect("tempdir");
     let chat = |i: usize| {
         serde_json::json!({"messages": [
@@ -438,8 +480,8 @@ fn take_stops_a_source_without_counting_or_remembering_rows_read_ahead() {
             {"role": "assistant", "content": format!("answer {i}")}]})
         .to_string()
     };
-    let first: Vec<String> = (0..1500).map(chat).collect();
-    let second = [chat(3), chat(700), chat(1400), chat(5000)];
+    let first: Vec<String> = (0..6000).map(chat).collect();
+    let second = [chat(3), chat(700), chat(1400), chat(5000), chat(7000)];
     let (a, b) = (tmp.path().join("a.jsonl"), tmp.path().join("b.jsonl"));
     std::fs::write(&a, first.join("\n")).expect("write a");
     std::fs::write(&b, second.join("\n")).expect("write b");
@@ -465,9 +507,9 @@ fn take_stops_a_source_without_counting_or_remembering_rows_read_ahead() {
         assert_eq!(s["a"]["read"], 512);
         assert_eq!(s["a"]["kept"], 10);
         assert_eq!(s["a"]["filtered"]["take_limit"], 502);
-        // Source b: row 3 was kept from a; rows 700 and 1400 never were, whatever was read
-        // ahead, so they are new here.
+        // Source b: row 3 was kept from a; rows 700, 1400 and 5000 never were, whatever was
+        // read ahead, so they are new here.
         assert_eq!(s["b"]["deduplicated"], 1);
-        assert_eq!(s["b"]["kept"], 3);
+        assert_eq!(s["b"]["kept"], 4);
     }
 }
