@@ -548,6 +548,9 @@ fn run_source(
             let mut worked: BTreeMap<u64, Vec<Processed>> = BTreeMap::new();
             // Fingerprints first seen per batch, until the batch is committed.
             let mut first_seen: BTreeMap<u64, Vec<Fingerprint>> = BTreeMap::new();
+            // A read error counts after every row read before it, so that whether the `take`
+            // was met first does not depend on timing.
+            let mut read_result: Result<(), ReadError> = Ok(());
             while reading || next_commit < read {
                 let Ok(event) = events.recv() else { break };
                 match event {
@@ -617,11 +620,11 @@ fn run_source(
                     }
                     Event::ReadDone(result) => {
                         reading = false;
-                        resume(result)?;
+                        read_result = resume(result);
                     }
                 }
             }
-            Ok(())
+            Ok(read_result?)
         });
         // Stops a reader that is still going (the `take` is met, or an error).
         credit_tx = None;

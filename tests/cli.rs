@@ -429,8 +429,8 @@ fn native_and_minijinja_renderers_write_byte_identical_datasets() {
 
 #[test]
 fn a_file_that_breaks_off_mid_build_stops_it_naming_the_file_and_record() {
-    // More rows than fit in flight, so the error arrives while batches are being processed and
-    // the reader waits for room; the build must end with the read error, not hang or succeed.
+    // More rows than fit in flight, so the error arrives while batches are being processed; the
+    // build must end with the read error once the rows before it are done, not hang or succeed.
     let tmp = tempfile::tempdir().expect("tempdir");
     let rows: Vec<String> = (0..6000)
         .map(|i| {
@@ -449,7 +449,7 @@ fn a_file_that_breaks_off_mid_build_stops_it_naming_the_file_and_record() {
     let p = pipeline(
         tmp.path(),
         &format!(
-            "sources:\n  - name: broken\n    files: [{}]\n    format: sharegpt\noutput:\n  dir: out\n",
+            "min_supervised_tokens: 1\nsources:\n  - name: broken\n    files: [{}]\n    format: sharegpt\noutput:\n  dir: out\n",
             file.display()
         ),
     );
@@ -465,6 +465,34 @@ fn a_file_that_breaks_off_mid_build_stops_it_naming_the_file_and_record() {
             "{stderr}"
         );
         assert!(!tmp.path().join("out").exists());
+    }
+    // A `take` met before the break: the rows after it are not needed, so neither is the error,
+    // even when the reader reaches the break (well within the batches in flight) before the
+    // first batch is committed.
+    let early = tmp.path().join("early.json");
+    std::fs::write(
+        &early,
+        format!("[{},\n{{\"conversations\": [", rows[..1500].join(",\n")),
+    )
+    .expect("write");
+    let p = pipeline(
+        tmp.path(),
+        &format!(
+            "min_supervised_tokens: 1\nsources:\n  - name: broken\n    files: [{}]\n    format: sharegpt\n    take: 10\noutput:\n  dir: out\n",
+            early.display()
+        ),
+    );
+    for threads in [1, 2] {
+        let out = build(&p, threads);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(
+            manifest(&tmp.path().join("out"))["sources"]["broken"]["kept"],
+            10
+        );
     }
 }
 
