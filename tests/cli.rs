@@ -440,19 +440,22 @@ fn a_file_that_breaks_off_mid_build_stops_it_naming_the_file_and_record() {
             .to_string()
         })
         .collect();
-    let file = tmp.path().join("broken.json");
-    std::fs::write(
-        &file,
-        format!("[{},\n{{\"conversations\": [", rows.join(",\n")),
-    )
-    .expect("write");
-    let p = pipeline(
-        tmp.path(),
-        &format!(
-            "min_supervised_tokens: 1\nsources:\n  - name: broken\n    files: [{}]\n    format: sharegpt\noutput:\n  dir: out\n",
-            file.display()
-        ),
-    );
+    // A JSON array of the first `n` rows that breaks off in the next record, and a pipeline
+    // reading it with `extra` source keys.
+    let broken = |name: &str, n: usize, extra: &str| {
+        let file = tmp.path().join(name);
+        let text = format!("[{},\n{{\"conversations\": [", rows[..n].join(",\n"));
+        std::fs::write(&file, text).expect("write");
+        let p = pipeline(
+            tmp.path(),
+            &format!(
+                "min_supervised_tokens: 1\nsources:\n  - name: broken\n    files: [{}]\n    format: sharegpt\n{extra}output:\n  dir: out\n",
+                file.display()
+            ),
+        );
+        (file, p)
+    };
+    let (file, p) = broken("broken.json", 6000, "");
     for threads in [1, 2] {
         let out = build(&p, threads);
         let stderr = String::from_utf8_lossy(&out.stderr);
@@ -469,19 +472,7 @@ fn a_file_that_breaks_off_mid_build_stops_it_naming_the_file_and_record() {
     // A `take` met before the break: the rows after it are not needed, so neither is the error,
     // even when the reader reaches the break (well within the batches in flight) before the
     // first batch is committed.
-    let early = tmp.path().join("early.json");
-    std::fs::write(
-        &early,
-        format!("[{},\n{{\"conversations\": [", rows[..1500].join(",\n")),
-    )
-    .expect("write");
-    let p = pipeline(
-        tmp.path(),
-        &format!(
-            "min_supervised_tokens: 1\nsources:\n  - name: broken\n    files: [{}]\n    format: sharegpt\n    take: 10\noutput:\n  dir: out\n",
-            early.display()
-        ),
-    );
+    let (_, p) = broken("early.json", 1500, "    take: 10\n");
     for threads in [1, 2] {
         let out = build(&p, threads);
         assert!(
