@@ -372,14 +372,14 @@ impl Stage<'_> {
         format!("{}:{}:{}", self.source().name, file, row)
     }
 
-    /// Adapts and validates a batch (in parallel).
+    /// Parses (JSON lines), adapts and validates a batch (in parallel).
     fn prepare_batch(&self, batch: Vec<RawRow>, dedup: bool) -> Vec<Processed> {
         batch
             .into_par_iter()
             .map(|raw| Processed {
                 file: raw.file,
                 row: raw.row,
-                result: self.prepare(&raw, dedup),
+                result: self.prepare(raw, dedup),
             })
             .collect()
     }
@@ -396,14 +396,13 @@ impl Stage<'_> {
         });
     }
 
-    /// Adapts and validates one record.
-    fn prepare(&self, raw: &RawRow, dedup: bool) -> Result<Ready, Skip> {
+    /// Parses (a JSON line), adapts and validates one record.
+    fn prepare(&self, raw: RawRow, dedup: bool) -> Result<Ready, Skip> {
         let value = raw
-            .value
-            .as_ref()
-            .map_err(|e| Reject::new(RejectReason::InvalidJson, e.clone()))?;
+            .into_value()
+            .map_err(|e| Reject::new(RejectReason::InvalidJson, e))?;
         let mut repairs = Repairs::new();
-        let conversation = self.source().adapter.prepare(value, &mut repairs)?;
+        let conversation = self.source().adapter.prepare(&value, &mut repairs)?;
         let conversation = self
             .processor
             .validator

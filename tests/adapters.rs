@@ -249,10 +249,11 @@ fn rows(fixture: &Fixture) -> Vec<((String, u64), Value)> {
     let paths: Vec<PathBuf> = fixture.files.iter().map(|f| dir.join(f)).collect();
     let mut out = Vec::new();
     read_files(&paths, &mut |raw| {
+        let (file, row) = (raw.file, raw.row);
         let value = raw
-            .value
-            .unwrap_or_else(|e| panic!("{}: row {} unreadable: {e}", fixture.dir, raw.row));
-        out.push(((fixture.files[raw.file].to_owned(), raw.row), value));
+            .into_value()
+            .unwrap_or_else(|e| panic!("{}: row {row} unreadable: {e}", fixture.dir));
+        out.push(((fixture.files[file].to_owned(), row), value));
         true
     })
     .unwrap_or_else(|e| panic!("{}: {e}", fixture.dir));

@@ -62,8 +62,9 @@ pub fn run(args: &NormalizeArgs, printer: &Printer) -> Result<()> {
     let mut failure = None;
     read_files(std::slice::from_ref(&args.file), &mut |raw| {
         read += 1;
+        let row = raw.row;
         let result = raw
-            .value
+            .into_value()
             .map_err(|e| Skip::from(Reject::new(RejectReason::InvalidJson, e)))
             .and_then(|value| {
                 let mut repairs = Repairs::new();
@@ -74,7 +75,7 @@ pub fn run(args: &NormalizeArgs, printer: &Printer) -> Result<()> {
         let written = match result {
             Ok((value, conversation)) => {
                 kept += 1;
-                let id = format!("{name}:0:{}", raw.row);
+                let id = format!("{name}:0:{}", row);
                 let mut record = to_sharegpt_record(&conversation, &id, name);
                 let meta = adapter.metadata(&value);
                 record.meta = (!meta.is_empty()).then_some(meta);
@@ -82,15 +83,13 @@ pub fn run(args: &NormalizeArgs, printer: &Printer) -> Result<()> {
             }
             Err(Skip::Rejected(reject)) => {
                 rejected += 1;
-                let record = json!({"row": raw.row, "reason": reject.reason.code(), "message": reject.message});
+                let record =
+                    json!({"row": row, "reason": reject.reason.code(), "message": reject.message});
                 line(&mut side, &record)
             }
             Err(Skip::Filtered(reason)) => {
                 filtered += 1;
-                line(
-                    &mut side,
-                    &json!({"row": raw.row, "filtered": reason.code()}),
-                )
+                line(&mut side, &json!({"row": row, "filtered": reason.code()}))
             }
         };
         match written {

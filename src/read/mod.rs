@@ -1,8 +1,10 @@
 //! Read stage: input files → JSON records, streamed (memory does not grow with file size).
 //!
-//! JSONL is read line by line, a JSON array element by element, Parquet by row group. A record
-//! that does not parse (a bad JSONL line) is passed on as an error so the row is rejected and
-//! counted; a file that cannot be read at all stops the run with its path.
+//! JSONL is read line by line, a JSON array element by element, Parquet by row group. JSON lines
+//! are parsed by whoever processes the row ([`RawRow::into_value`], on the pipeline's worker
+//! threads), not by the reader; a line that does not parse is an error for that row only, so
+//! the row is rejected and counted. A file that cannot be read at all stops the run with its
+//! path.
 
 mod json;
 mod parquet;
@@ -17,7 +19,27 @@ pub struct RawRow {
     pub file: usize,
     /// 0-based record index within that file.
     pub row: u64,
-    pub value: Result<Value, String>,
+    pub record: Record,
+}
+
+/// A record as read.
+#[derive(Debug)]
+pub enum Record {
+    Parsed(Value),
+    /// One line of a JSON lines file, not parsed yet: parsing is most of the reading cost, and
+    /// done on the thread that adapts the row it runs in parallel and stays in that thread's
+    /// cache.
+    Line(Vec<u8>),
+}
+
+impl RawRow {
+    /// The record as JSON, or why its line is not valid JSON.
+    pub fn into_value(self) -> Result<Value, String> {
+        match self.record {
+            Record::Parsed(value) => Ok(value),
+            Record::Line(line) => serde_json::from_slice(&line).map_err(|e| e.to_string()),
+        }
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -42,11 +64,11 @@ pub fn read_files(
     sink: &mut dyn FnMut(RawRow) -> bool,
 ) -> Result<(), ReadError> {
     for (index, path) in files.iter().enumerate() {
-        let mut file_sink = |row: u64, value: Result<Value, String>| {
+        let mut file_sink = |row: u64, record: Record| {
             sink(RawRow {
                 file: index,
                 row,
-                value,
+                record,
             })
         };
         let go_on = match file_type(path)? {

@@ -1,6 +1,6 @@
 //! Parquet files, read in record batches (bounded memory), each row turned into a JSON object.
 
-use super::ReadError;
+use super::{ReadError, Record};
 use arrow_array::cast::AsArray;
 use arrow_array::types::*;
 use arrow_array::{Array, RecordBatch};
@@ -10,7 +10,7 @@ use serde_json::{Map, Number, Value};
 use std::fs::File;
 use std::path::Path;
 
-type Sink<'a> = dyn FnMut(u64, Result<Value, String>) -> bool + 'a;
+type Sink<'a> = dyn FnMut(u64, Record) -> bool + 'a;
 
 pub fn read(path: &Path, sink: &mut Sink) -> Result<bool, ReadError> {
     let err = |message: String| ReadError::Parquet {
@@ -27,7 +27,7 @@ pub fn read(path: &Path, sink: &mut Sink) -> Result<bool, ReadError> {
     for batch in reader {
         let batch = batch.map_err(|e| err(e.to_string()))?;
         for i in 0..batch.num_rows() {
-            if !sink(row, Ok(Value::Object(row_object(&batch, i)))) {
+            if !sink(row, Record::Parsed(Value::Object(row_object(&batch, i)))) {
                 return Ok(false);
             }
             row += 1;
