@@ -116,11 +116,13 @@ pub fn verify(
     supervise: &Range<usize>,
 ) -> Result<(), MaskError> {
     let spans = text_spans(text, markers, supervise);
+    // The table lookups first, in a loop of independent loads (many cache misses in flight at
+    // once), then the walk along the text, which depends on each token's length.
+    let heads: Vec<(u64, usize)> = ids.iter().map(|&id| bytes.head(id)).collect();
     let text = text.as_bytes();
     let mut offset = 0usize;
     let mut span = 0usize;
-    for (token, (&id, &m)) in ids.iter().zip(mask).enumerate() {
-        let (head, len) = bytes.head(id);
+    for (token, ((&id, &m), &(head, len))) in ids.iter().zip(mask).zip(&heads).enumerate() {
         let end = offset + len;
         let same = match text.get(offset..offset + 8) {
             // Nearly every token: one masked 8-byte compare, no per-byte loop to mispredict.
