@@ -38,7 +38,8 @@ fn read_lines(
     sink: &mut Sink,
 ) -> Result<bool, ReadError> {
     let mut row = 0u64;
-    // Each line is handed on, so each gets its own buffer, sized like the last to avoid regrowth.
+    // Each line is handed on, so each gets its own buffer, sized like the last to avoid regrowth
+    // (capped, so that one huge line does not make every later buffer huge).
     let mut capacity = 1024;
     loop {
         let mut line = Vec::with_capacity(capacity);
@@ -51,7 +52,7 @@ fn read_lines(
         if line.iter().all(u8::is_ascii_whitespace) {
             continue;
         }
-        capacity = line.len().next_power_of_two();
+        capacity = line.len().next_power_of_two().min(1 << 20);
         if !sink(row, Record::Line(line)) {
             return Ok(false);
         }
