@@ -1,0 +1,131 @@
+//! `tokenizers::Tokenizer::from_bytes`, minus its slow path. The crate reads a model through two
+//! buffering layers (an untagged enum of a `type`-tagged struct with a flattened
+//! `serde_json::Value`) before building it: for a 250K-vocabulary BPE that is most of a second
+//! of start-up. Here the BPE model is read directly with its own `Deserialize`, and the
+//! tokenizer assembled exactly as the crate's `TokenizerVisitor` does (builder, then the added
+//! tokens). Anything else (another model type, an error) goes to `from_bytes`, so its results
+//! and messages are unchanged; a test checks that both loads serialize identically.
+
+use serde::Deserialize;
+use serde_json::value::RawValue;
+use tokenizers::decoders::DecoderWrapper;
+use tokenizers::models::bpe::BPE;
+use tokenizers::models::ModelWrapper;
+use tokenizers::normalizers::NormalizerWrapper;
+use tokenizers::pre_tokenizers::PreTokenizerWrapper;
+use tokenizers::processors::PostProcessorWrapper;
+use tokenizers::{AddedToken, PaddingParams, Tokenizer, TokenizerBuilder, TruncationParams};
+
+/// The top level of `tokenizer.json`, with the model left unparsed.
+#[derive(Deserialize)]
+struct Parts<'a> {
+    version: String,
+    truncation: Option<TruncationParams>,
+    padding: Option<PaddingParams>,
+    #[serde(default)]
+    added_tokens: Vec<AddedTokenWithId>,
+    normalizer: Option<NormalizerWrapper>,
+    pre_tokenizer: Option<PreTokenizerWrapper>,
+    #[serde(borrow)]
+    model: &'a RawValue,
+    decoder: Option<DecoderWrapper>,
+    post_processor: Option<PostProcessorWrapper>,
+}
+
+/// An entry of `added_tokens` (the id only tells where the token is expected).
+#[derive(Deserialize)]
+struct AddedTokenWithId {
+    #[serde(flatten)]
+    token: AddedToken,
+}
+
+#[derive(Deserialize)]
+struct ModelType<'a> {
+    #[serde(rename = "type", borrow)]
+    kind: Option<&'a str>,
+}
+
+/// Loads `tokenizer.json` bytes as `Tokenizer::from_bytes` does.
+pub fn load(json: &[u8]) -> tokenizers::Result<Tokenizer> {
+    match direct(json) {
+        Some(tokenizer) => Ok(tokenizer),
+        None => Tokenizer::from_bytes(json),
+    }
+}
+
+/// The direct load of a BPE tokenizer; `None` for anything `from_bytes` should handle.
+fn direct(json: &[u8]) -> Option<Tokenizer> {
+    let parts: Parts = serde_json::from_slice(json).ok()?;
+    if parts.version != "1.0" {
+        return None;
+    }
+    let model = parts.model.get();
+    let kind: ModelType = serde_json::from_str(model).ok()?;
+    if kind.kind != Some("BPE") {
+        return None;
+    }
+    let bpe: BPE = serde_json::from_str(model).ok()?;
+    let built = TokenizerBuilder::new()
+        .with_truncation(parts.truncation)
+        .with_padding(parts.padding)
+        .with_normalizer(parts.normalizer)
+        .with_pre_tokenizer(parts.pre_tokenizer)
+        .with_model(ModelWrapper::BPE(bpe))
+        .with_decoder(parts.decoder)
+        .with_post_processor(parts.post_processor)
+        .build()
+        .ok()?;
+    let mut tokenizer = Tokenizer::from(built);
+    let added: Vec<AddedToken> = parts.added_tokens.into_iter().map(|t| t.token).collect();
+    tokenizer.add_tokens(&added);
+    Some(tokenizer)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn shipped() -> Vec<u8> {
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/templates/qwen3.6/tokenizer.json.zst"
+        );
+        let raw = std::fs::read(path).expect("shipped tokenizer");
+        zstd::decode_all(raw.as_slice()).expect("zstd")
+    }
+
+    #[test]
+    fn the_direct_load_equals_from_bytes() {
+        let json = shipped();
+        let direct = direct(&json).expect("a BPE tokenizer loads directly");
+        let reference = Tokenizer::from_bytes(&json).expect("from_bytes");
+        let a = serde_json::to_string(&direct).expect("serialize");
+        let b = serde_json::to_string(&reference).expect("serialize");
+        assert!(a == b, "the two loads differ");
+        let text = "<|im_start|>user\nHéllo wörld 你好 <think>\n</think> 12345<|im_end|>\n";
+        let ids = |t: &Tokenizer| {
+            t.encode_fast(text, false)
+                .map(|e| e.get_ids().to_vec())
+                .ok()
+        };
+        assert_eq!(ids(&direct), ids(&reference));
+    }
+
+    #[test]
+    fn other_models_and_errors_go_to_from_bytes() {
+        let json = shipped();
+        let text = String::from_utf8(json).expect("utf-8");
+        // Another version, a model without a type, not JSON: all left to `from_bytes`.
+        let renamed = text.replacen("\"version\":\"1.0\"", "\"version\":\"9.9\"", 1);
+        let renamed = renamed.replacen("\"version\": \"1.0\"", "\"version\": \"9.9\"", 1);
+        assert!(direct(renamed.as_bytes()).is_none());
+        assert_eq!(
+            load(renamed.as_bytes()).err().map(|e| e.to_string()),
+            Tokenizer::from_bytes(renamed.as_bytes())
+                .err()
+                .map(|e| e.to_string())
+        );
+        assert!(direct(b"{").is_none());
+        assert!(direct(br#"{"version":"1.0","model":{"vocab":{}}}"#).is_none());
+    }
+}
