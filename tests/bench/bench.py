@@ -130,6 +130,14 @@ def main():
 
     work = Path(args.workdir or tempfile.mkdtemp(prefix="chatshards-bench-"))
     work.mkdir(parents=True, exist_ok=True)
+    # Input, shards, conversations.jsonl, spill and the Python output, per row (measured: ~35 KB
+    # for the side-by-side rows, ~17 KB for the memory build); a full disk would kill the run
+    # midway.
+    need = args.rows * 35_000 + args.memory_rows * 17_000
+    free = shutil.disk_usage(work).free
+    if free < need:
+        sys.exit(f"bench.py: {work} has {free / 1e9:.1f} GB free; this run needs about "
+                 f"{need / 1e9:.1f} GB (use --workdir elsewhere, or fewer --rows/--memory-rows)")
     data = gen(args.python, args.rows, work / f"synthetic-{args.rows}.jsonl")
 
     release = cargo_bin(["--bin", "chatshards", "--example", "encode_bench"])
