@@ -15,14 +15,16 @@ use crate::report::SourceStats;
 use crate::tokenize::{mask, Tokenizer};
 use crate::validate::Validator;
 use crate::write::{shuffle_key, Spill, TokenRow};
-use rayon::prelude::*;
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::sync::mpsc::{channel, sync_channel};
 
-/// Rows handed to the thread pool at once.
-const BATCH_ROWS: usize = 512;
+/// Rows in one job of the thread pool. A job runs its rows one after another: small jobs keep
+/// every worker busy (rayon cannot steal inside a running job, and a worker blocked in a nested
+/// join holds back the in-order commit of everything under it), while the per-job costs
+/// (a channel message, a commit) stay far below the rows' own work.
+const BATCH_ROWS: usize = 64;
 
 /// The per-row stages after reading, shared by `build` and `render`.
 pub struct RowProcessor {
@@ -372,10 +374,10 @@ impl Stage<'_> {
         format!("{}:{}:{}", self.source().name, file, row)
     }
 
-    /// Parses (JSON lines), adapts and validates a batch (in parallel).
+    /// Parses (JSON lines), adapts and validates a batch.
     fn prepare_batch(&self, batch: Vec<RawRow>, dedup: bool) -> Vec<Processed> {
         batch
-            .into_par_iter()
+            .into_iter()
             .map(|raw| Processed {
                 file: raw.file,
                 row: raw.row,
@@ -384,10 +386,9 @@ impl Stage<'_> {
             .collect()
     }
 
-    /// Renders, tokenizes and serializes the rows of a batch that are still wanted (in
-    /// parallel).
+    /// Renders, tokenizes and serializes the rows of a batch that are still wanted.
     fn work_batch(&self, rows: &mut [Processed]) {
-        rows.par_iter_mut().for_each(|p| {
+        rows.iter_mut().for_each(|p| {
             if let Ok(ready) = &mut p.result {
                 if let Some(conversation) = ready.conversation.take() {
                     ready.work = Some(self.work(p.file, p.row, &conversation));
@@ -460,10 +461,12 @@ impl Stage<'_> {
     }
 }
 
-/// Batches between the reader and the commit at once. Several are in flight so that the pool
-/// never waits for the slowest row of a batch (it takes up the next batch meanwhile); a fixed
-/// number so that memory does not grow with the input.
-const IN_FLIGHT: usize = 8;
+/// Batches between the reader and the commit at once, per pool thread (at least
+/// [`MIN_IN_FLIGHT`]). Many are in flight so that no worker waits for a slow batch to be
+/// committed before it can take up the next; a fixed number so that memory does not grow with
+/// the input.
+const IN_FLIGHT_PER_THREAD: usize = 8;
+const MIN_IN_FLIGHT: usize = 64;
 
 /// What the coordinator of a source hears about, from the reader and from the pool's jobs.
 enum Event {
@@ -476,7 +479,7 @@ enum Event {
 }
 
 /// Streams one source. A reader thread reads batches; the pool adapts, renders and tokenizes
-/// up to [`IN_FLIGHT`] of them at once, and this thread (not a pool worker, so it never holds
+/// a bounded number of them at once, and this thread (not a pool worker, so it never holds
 /// one up) runs what must go in input order: dedup between the two parallel stages and the
 /// commit after them.
 fn run_source(
@@ -506,8 +509,9 @@ fn run_source(
     let (events_tx, events) = channel::<Event>();
     // One credit per batch in flight: the reader takes one before each batch, the commit of a
     // batch gives it back. Dropping the sender stops the reader.
-    let (credit_tx, credits) = sync_channel::<()>(IN_FLIGHT);
-    for _ in 0..IN_FLIGHT {
+    let in_flight = (IN_FLIGHT_PER_THREAD * pool.current_num_threads()).max(MIN_IN_FLIGHT);
+    let (credit_tx, credits) = sync_channel::<()>(in_flight);
+    for _ in 0..in_flight {
         let _ = credit_tx.send(());
     }
     let mut credit_tx = Some(credit_tx);

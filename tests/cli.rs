@@ -489,7 +489,7 @@ fn a_file_that_breaks_off_mid_build_stops_it_naming_the_file_and_record() {
 
 #[test]
 fn take_stops_a_source_without_counting_or_remembering_rows_read_ahead() {
-    // Rows are processed up to 8 batches (of 512) ahead of the in-order commit. When `take` is
+    // Rows are processed up to 64 batches (of 64) ahead of the in-order commit. When `take` is
     // met, the batches read ahead must leave no trace: not counted, and not seen by cross-source
     // dedup; and the reader, stalled for lack of room, must stop.
     let tmp = tempfile::tempdir().expect("tempdir");
@@ -522,10 +522,10 @@ fn take_stops_a_source_without_counting_or_remembering_rows_read_ahead() {
         );
         let m = manifest(&tmp.path().join("out"));
         let s = &m["sources"];
-        // Source a: its first batch is read; rows 10..512 are past the take.
-        assert_eq!(s["a"]["read"], 512);
+        // Source a: its first batch is read; rows 10..64 are past the take.
+        assert_eq!(s["a"]["read"], 64);
         assert_eq!(s["a"]["kept"], 10);
-        assert_eq!(s["a"]["filtered"]["take_limit"], 502);
+        assert_eq!(s["a"]["filtered"]["take_limit"], 54);
         // Source b: row 3 was kept from a; rows 700, 1400 and 5000 never were, whatever was
         // read ahead, so they are new here.
         assert_eq!(s["b"]["deduplicated"], 1);
