@@ -87,9 +87,7 @@ fn main() -> Result<()> {
         )?;
         marks[5] = Instant::now();
         let id = format!("{}:0:{n}", source.name);
-        let mut record =
-            serde_json::to_string(&to_sharegpt_record(&conversation, &id, &source.name))?;
-        record.push('\n');
+        std::hint::black_box(to_sharegpt_record(&conversation, &id, &source.name).json_line());
         marks[6] = Instant::now();
         let sample_id = format!("{id}:0");
         std::hint::black_box(chatshards::write::shuffle_key(plan.seed, &sample_id));

@@ -428,10 +428,7 @@ impl Stage<'_> {
     }
 
     fn serialize(&self, id: &str, conversation: &Conversation, rows: Vec<Tokenized>) -> KeptRows {
-        let record = to_sharegpt_record(conversation, id, &self.source().name);
-        // Plain strings and JSON values: serializing cannot fail.
-        let mut line = serde_json::to_string(&record).unwrap_or_default();
-        line.push('\n');
+        let line = to_sharegpt_record(conversation, id, &self.source().name).json_line();
         let truncated_rows = rows.iter().filter(|r| r.truncated).count() as u64;
         let supervised_tokens = rows.iter().map(|r| r.supervised() as u64).sum();
         let rows = rows
