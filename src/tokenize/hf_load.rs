@@ -1,15 +1,16 @@
 //! `tokenizers::Tokenizer::from_bytes`, minus its slow path. The crate reads a model through two
 //! buffering layers (an untagged enum of a `type`-tagged struct with a flattened
 //! `serde_json::Value`) before building it: for a 250K-vocabulary BPE that is most of a second
-//! of start-up. Here the BPE model is read directly with its own `Deserialize`, and the
-//! tokenizer assembled exactly as the crate's `TokenizerVisitor` does (builder, then the added
-//! tokens). Anything else (another model type, an error) goes to `from_bytes`, so its results
+//! of start-up. Even `BPE`'s own `Deserialize` buffers its merges (500K for Qwen) through an
+//! untagged enum. Here the BPE model's fields are read directly and handed to its builder as
+//! its `Deserialize` does, and the tokenizer assembled exactly as the crate's
+//! `TokenizerVisitor` does (builder, then the added tokens). Anything else (another model type, an error) goes to `from_bytes`, so its results
 //! and messages are unchanged; a test checks that both loads serialize identically.
 
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use tokenizers::decoders::DecoderWrapper;
-use tokenizers::models::bpe::BPE;
+use tokenizers::models::bpe::{Vocab, BPE};
 use tokenizers::models::ModelWrapper;
 use tokenizers::normalizers::NormalizerWrapper;
 use tokenizers::pre_tokenizers::PreTokenizerWrapper;
@@ -39,10 +40,50 @@ struct AddedTokenWithId {
     token: AddedToken,
 }
 
+/// The fields `BPE`'s `Deserialize` reads. Merges in the `[a, b]` form only: the older
+/// `"a b"` strings fail here and go to `from_bytes`.
 #[derive(Deserialize)]
-struct ModelType<'a> {
-    #[serde(rename = "type", borrow)]
-    kind: Option<&'a str>,
+struct BpeJson {
+    #[serde(rename = "type")]
+    kind: Option<String>,
+    dropout: Option<f32>,
+    unk_token: Option<String>,
+    continuing_subword_prefix: Option<String>,
+    end_of_word_suffix: Option<String>,
+    fuse_unk: Option<bool>,
+    byte_fallback: Option<bool>,
+    ignore_merges: Option<bool>,
+    vocab: Vocab,
+    merges: Vec<(String, String)>,
+}
+
+impl BpeJson {
+    /// The model, built as `BPE`'s `Deserialize` builds it (unset options keep their defaults).
+    fn build(self) -> Option<BPE> {
+        let mut builder = BPE::builder().vocab_and_merges(self.vocab, self.merges);
+        if let Some(p) = self.dropout {
+            builder = builder.dropout(p);
+        }
+        if let Some(unk) = self.unk_token {
+            builder = builder.unk_token(unk);
+        }
+        if let Some(prefix) = self.continuing_subword_prefix {
+            builder = builder.continuing_subword_prefix(prefix);
+        }
+        if let Some(suffix) = self.end_of_word_suffix {
+            builder = builder.end_of_word_suffix(suffix);
+        }
+        if let Some(fuse) = self.fuse_unk {
+            builder = builder.fuse_unk(fuse);
+        }
+        if let Some(fallback) = self.byte_fallback {
+            builder = builder.byte_fallback(fallback);
+        }
+        if let Some(ignore) = self.ignore_merges {
+            builder = builder.ignore_merges(ignore);
+        }
+        builder.build().ok()
+    }
 }
 
 /// Loads `tokenizer.json` bytes as `Tokenizer::from_bytes` does.
@@ -59,12 +100,11 @@ fn direct(json: &[u8]) -> Option<Tokenizer> {
     if parts.version != "1.0" {
         return None;
     }
-    let model = parts.model.get();
-    let kind: ModelType = serde_json::from_str(model).ok()?;
-    if kind.kind != Some("BPE") {
+    let model: BpeJson = serde_json::from_str(parts.model.get()).ok()?;
+    if model.kind.as_deref() != Some("BPE") {
         return None;
     }
-    let bpe: BPE = serde_json::from_str(model).ok()?;
+    let bpe = model.build()?;
     let built = TokenizerBuilder::new()
         .with_truncation(parts.truncation)
         .with_padding(parts.padding)
