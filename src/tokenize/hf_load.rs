@@ -10,7 +10,7 @@
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use tokenizers::decoders::DecoderWrapper;
-use tokenizers::models::bpe::{Vocab, BPE};
+use tokenizers::models::bpe::{BpeBuilder, Vocab, BPE};
 use tokenizers::models::ModelWrapper;
 use tokenizers::normalizers::NormalizerWrapper;
 use tokenizers::pre_tokenizers::PreTokenizerWrapper;
@@ -60,29 +60,26 @@ struct BpeJson {
 impl BpeJson {
     /// The model, built as `BPE`'s `Deserialize` builds it (unset options keep their defaults).
     fn build(self) -> Option<BPE> {
-        let mut builder = BPE::builder().vocab_and_merges(self.vocab, self.merges);
-        if let Some(p) = self.dropout {
-            builder = builder.dropout(p);
+        /// Applies `set` to the builder when the file gives a value.
+        fn opt<T>(b: BpeBuilder, v: Option<T>, set: fn(BpeBuilder, T) -> BpeBuilder) -> BpeBuilder {
+            match v {
+                Some(v) => set(b, v),
+                None => b,
+            }
         }
-        if let Some(unk) = self.unk_token {
-            builder = builder.unk_token(unk);
-        }
-        if let Some(prefix) = self.continuing_subword_prefix {
-            builder = builder.continuing_subword_prefix(prefix);
-        }
-        if let Some(suffix) = self.end_of_word_suffix {
-            builder = builder.end_of_word_suffix(suffix);
-        }
-        if let Some(fuse) = self.fuse_unk {
-            builder = builder.fuse_unk(fuse);
-        }
-        if let Some(fallback) = self.byte_fallback {
-            builder = builder.byte_fallback(fallback);
-        }
-        if let Some(ignore) = self.ignore_merges {
-            builder = builder.ignore_merges(ignore);
-        }
-        builder.build().ok()
+        let b = BPE::builder().vocab_and_merges(self.vocab, self.merges);
+        let b = opt(b, self.dropout, BpeBuilder::dropout);
+        let b = opt(b, self.unk_token, BpeBuilder::unk_token);
+        let b = opt(
+            b,
+            self.continuing_subword_prefix,
+            BpeBuilder::continuing_subword_prefix,
+        );
+        let b = opt(b, self.end_of_word_suffix, BpeBuilder::end_of_word_suffix);
+        let b = opt(b, self.fuse_unk, BpeBuilder::fuse_unk);
+        let b = opt(b, self.byte_fallback, BpeBuilder::byte_fallback);
+        let b = opt(b, self.ignore_merges, BpeBuilder::ignore_merges);
+        b.build().ok()
     }
 }
 
