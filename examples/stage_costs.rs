@@ -2,11 +2,12 @@
 //! source file (JSON lines): where the time outside the encoder goes.
 //!
 //! ```text
-//! cargo run --release --example stage_costs -- PIPELINE.yaml [ROWS]
+//! cargo run --release --example stage_costs -- PIPELINE.yaml [ROWS] [BATCH]
 //! ```
-//! Rows the adapter or validator rejects are skipped. The stages run back to back per row, as
-//! in a build, so each sees the caches the previous one left (the mask check runs right after
-//! the encoder, which has evicted the token table).
+//! Rows the adapter or validator rejects are skipped. As in a build's pool jobs, each stage
+//! runs over a batch of rows (default 64) before the next, so each sees the caches the
+//! previous one left; with `BATCH` = 1 they run back to back per row (the mask check then runs
+//! right after the encoder, which has evicted the token table).
 
 use anyhow::{Context, Result};
 use chatshards::adapt::{to_sharegpt_record, Repairs};
@@ -34,12 +35,20 @@ fn main() -> Result<()> {
     let mut args = std::env::args().skip(1);
     let pipeline = args
         .next()
-        .context("usage: stage_costs PIPELINE.yaml [ROWS]")?;
+        .context("usage: stage_costs PIPELINE.yaml [ROWS] [BATCH]")?;
     let limit: usize = args
         .next()
         .map(|s| s.parse())
         .transpose()?
         .unwrap_or(20_000);
+    // Rows per batch, each stage over the whole batch before the next, as a build's pool jobs
+    // run them; 1 runs the stages back to back per row.
+    let batch: usize = args
+        .next()
+        .map(|s| s.parse())
+        .transpose()?
+        .unwrap_or(64)
+        .max(1);
     let plan = plan::compile(pipeline.as_ref(), HubAccess::Locked)?;
     let (processor, report) = chatshards::commands::build::processor(&plan)?;
     let source = plan.sources.first().context("the pipeline has no source")?;
@@ -53,52 +62,74 @@ fn main() -> Result<()> {
     let mut spent = [Duration::ZERO; STAGES.len()];
     let (mut rows, mut tokens) = (0usize, 0usize);
     let tk = &processor.tokenizer;
-    for (n, line) in lines.iter().enumerate() {
-        let mut marks = [Instant::now(); STAGES.len() + 1];
-        let value: serde_json::Value = serde_json::from_slice(line)?;
-        marks[1] = Instant::now();
-        let mut repairs = Repairs::new();
-        let Ok(conversation) = source.adapter.prepare(&value, &mut repairs) else {
-            continue;
-        };
-        let Ok(conversation) = processor.validator.validate(conversation, &mut repairs) else {
-            continue;
-        };
-        marks[2] = Instant::now();
-        let Some(spec) = plan_rows(&conversation, processor.policy).pop() else {
-            continue;
-        };
-        let text = processor
-            .renderer
-            .render(&conversation)
+    let mut timed = |stage: usize, start: Instant| spent[stage] += start.elapsed();
+    for (b, chunk) in lines.chunks(batch).enumerate() {
+        let t = Instant::now();
+        let values = chunk
+            .iter()
+            .map(|line| serde_json::from_slice(line))
+            .collect::<Result<Vec<serde_json::Value>, _>>()?;
+        timed(0, t);
+        let t = Instant::now();
+        let conversations: Vec<_> = values
+            .iter()
+            .enumerate()
+            .filter_map(|(i, value)| {
+                let mut repairs = Repairs::new();
+                let conversation = source.adapter.prepare(value, &mut repairs).ok()?;
+                let conversation = processor
+                    .validator
+                    .validate(conversation, &mut repairs)
+                    .ok()?;
+                let spec = plan_rows(&conversation, processor.policy).pop()?;
+                Some((b * batch + i, conversation, spec))
+            })
+            .collect();
+        timed(1, t);
+        let t = Instant::now();
+        let texts = conversations
+            .iter()
+            .map(|(_, c, _)| processor.renderer.render(c))
+            .collect::<Result<Vec<_>, _>>()
             .map_err(|e| anyhow::anyhow!(e.message))?;
-        marks[3] = Instant::now();
-        let ids = tk.encoder.encode(&text).map_err(anyhow::Error::msg)?;
-        marks[4] = Instant::now();
-        let (loss_mask, _) = mask::compute(&ids, &tk.markers, &spec.supervise);
-        let normalized = tk.normalize(&text);
-        mask::verify(
-            &normalized,
-            &ids,
-            &loss_mask,
-            &tk.bytes,
-            &tk.markers,
-            &spec.supervise,
-        )?;
-        marks[5] = Instant::now();
-        let id = format!("{}:0:{n}", source.name);
-        std::hint::black_box(to_sharegpt_record(&conversation, &id, &source.name).json_line());
-        marks[6] = Instant::now();
-        let sample_id = format!("{id}:0");
-        std::hint::black_box(chatshards::write::shuffle_key(plan.seed, &sample_id));
-        marks[7] = Instant::now();
-        for (total, pair) in spent.iter_mut().zip(marks.windows(2)) {
-            *total += pair[1] - pair[0];
+        timed(2, t);
+        let t = Instant::now();
+        let ids = texts
+            .iter()
+            .map(|text| tk.encoder.encode(text))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(anyhow::Error::msg)?;
+        timed(3, t);
+        let t = Instant::now();
+        for ((text, ids), (_, _, spec)) in texts.iter().zip(&ids).zip(&conversations) {
+            let (loss_mask, _) = mask::compute(ids, &tk.markers, &spec.supervise);
+            let normalized = tk.normalize(text);
+            mask::verify(
+                &normalized,
+                ids,
+                &loss_mask,
+                &tk.bytes,
+                &tk.markers,
+                &spec.supervise,
+            )?;
         }
-        rows += 1;
-        tokens += ids.len();
+        timed(4, t);
+        let t = Instant::now();
+        for (n, conversation, _) in &conversations {
+            let id = format!("{}:0:{n}", source.name);
+            std::hint::black_box(to_sharegpt_record(conversation, &id, &source.name).json_line());
+        }
+        timed(5, t);
+        let t = Instant::now();
+        for (n, _, _) in &conversations {
+            let sample_id = format!("{}:0:{n}:0", source.name);
+            std::hint::black_box(chatshards::write::shuffle_key(plan.seed, &sample_id));
+        }
+        timed(6, t);
+        rows += conversations.len();
+        tokens += ids.iter().map(Vec::len).sum::<usize>();
     }
-    println!("{rows} rows, {tokens} tokens, encoder: {report}, one thread");
+    println!("{rows} rows, {tokens} tokens, encoder: {report}, one thread, batches of {batch}");
     let per_row = |d: Duration| d.as_secs_f64() / rows.max(1) as f64 * 1e6;
     let encode = spent[3].as_secs_f64();
     for (name, d) in STAGES.iter().zip(spent) {

@@ -94,52 +94,108 @@ impl<K> Outcome<K> {
     }
 }
 
+/// A conversation's rows rendered, up to its first render failure.
+struct Rendered {
+    rows: Vec<RenderedRow>,
+    failure: Option<Reject>,
+}
+
+struct RenderedRow {
+    segment: usize,
+    supervise: std::ops::Range<usize>,
+    text: String,
+}
+
+/// Rendered rows encoded, up to the first failure (of the encoder, or else of the renderer).
+struct Encoded {
+    rows: Vec<(RenderedRow, Vec<u32>)>,
+    failure: Option<Reject>,
+}
+
 impl RowProcessor {
     /// Renders, tokenizes and masks every row the policy plans for a conversation, without
     /// length rules. Any failure rejects the whole conversation (its rows belong together).
     pub fn tokenize(&self, conversation: &Conversation) -> Result<Vec<Tokenized>, Reject> {
+        self.mask_rows(self.encode_rows(self.render_rows(conversation)))
+    }
+
+    fn render_rows(&self, conversation: &Conversation) -> Rendered {
         let specs = plan_rows(conversation, self.policy);
         let mut rows = Vec::with_capacity(specs.len());
         for (segment, spec) in specs.into_iter().enumerate() {
-            let view = prefix(conversation, spec.end);
-            let text = self
-                .renderer
-                .render(&view)
-                .map_err(|e| Reject::new(RejectReason::Template, e.message))?;
-            let (ids, mask) = self.encode_masked(&text, &spec.supervise)?;
+            match self.renderer.render(&prefix(conversation, spec.end)) {
+                Ok(text) => rows.push(RenderedRow {
+                    segment,
+                    supervise: spec.supervise,
+                    text,
+                }),
+                Err(e) => {
+                    let failure = Some(Reject::new(RejectReason::Template, e.message));
+                    return Rendered { rows, failure };
+                }
+            }
+        }
+        Rendered {
+            rows,
+            failure: None,
+        }
+    }
+
+    fn encode_rows(&self, rendered: Rendered) -> Encoded {
+        let mut rows = Vec::with_capacity(rendered.rows.len());
+        for row in rendered.rows {
+            match self.tokenizer.encoder.encode(&row.text) {
+                Ok(ids) => rows.push((row, ids)),
+                Err(e) => {
+                    let failure = Some(Reject::new(RejectReason::Tokenize, e));
+                    return Encoded { rows, failure };
+                }
+            }
+        }
+        Encoded {
+            rows,
+            failure: rendered.failure,
+        }
+    }
+
+    /// Masks and checks the encoded rows in order; the first failure, in row order, rejects.
+    fn mask_rows(&self, encoded: Encoded) -> Result<Vec<Tokenized>, Reject> {
+        let mut rows = Vec::with_capacity(encoded.rows.len());
+        for (row, ids) in encoded.rows {
+            let mask = self.mask(&row.text, &ids, &row.supervise)?;
             rows.push(Tokenized {
-                segment,
-                text,
+                segment: row.segment,
+                text: row.text,
                 ids,
                 mask,
                 truncated: false,
             });
         }
-        Ok(rows)
+        match encoded.failure {
+            Some(reject) => Err(reject),
+            None => Ok(rows),
+        }
     }
 
-    /// Encodes rendered text and computes its verified loss mask.
-    pub fn encode_masked(
+    /// The verified loss mask of encoded text.
+    fn mask(
         &self,
         text: &str,
+        ids: &[u32],
         supervise: &std::ops::Range<usize>,
-    ) -> Result<(Vec<u32>, Vec<u8>), Reject> {
+    ) -> Result<Vec<u8>, Reject> {
         let t = &self.tokenizer;
-        let ids = t
-            .encoder
-            .encode(text)
-            .map_err(|e| Reject::new(RejectReason::Tokenize, e))?;
-        let (mask, _) = mask::compute(&ids, &t.markers, supervise);
+        let (mask, _) = mask::compute(ids, &t.markers, supervise);
         mask::verify(
             &t.normalize(text),
-            &ids,
+            ids,
             &mask,
             &t.bytes,
             &t.markers,
             supervise,
         )
         .map_err(|e| Reject::new(RejectReason::MaskCheck, e.to_string()))?;
-        Ok((ids, mask))
+        Ok(mask)
     }
 
     /// Applies `max_tokens`, the length policy and `min_supervised_tokens` to one row.
@@ -201,15 +257,46 @@ impl RowProcessor {
         Ok(())
     }
 
-    /// The full per-conversation path of a build after validation: tokenize, spot-check the
-    /// renderer and encoder when asked, apply the length rules.
-    fn process(&self, conversation: &Conversation, checks: SpotChecks) -> Outcome<Vec<Tokenized>> {
+    /// The full per-conversation path of a build after validation, for a batch: spot-check the
+    /// renderer when asked, render, encode, mask (spot-checking the encoder when asked), apply
+    /// the length rules. Each stage runs over the whole batch before the next, so that its code
+    /// and tables stay in cache (the encoder evicts the token table the mask check reads).
+    pub fn process_batch(
+        &self,
+        batch: &[(&Conversation, SpotChecks)],
+    ) -> Vec<Outcome<Vec<Tokenized>>> {
+        let rendered: Vec<_> = batch
+            .iter()
+            .map(|&(conversation, checks)| self.start(conversation, checks))
+            .collect();
+        let encoded: Vec<_> = rendered
+            .into_iter()
+            .map(|r| r.map(|r| self.encode_rows(r)))
+            .collect();
+        encoded
+            .into_iter()
+            .zip(batch)
+            .map(|(e, &(_, checks))| match e {
+                Ok(encoded) => self.finish(encoded, checks),
+                Err(outcome) => outcome,
+            })
+            .collect()
+    }
+
+    fn start(
+        &self,
+        conversation: &Conversation,
+        checks: SpotChecks,
+    ) -> Result<Rendered, Outcome<Vec<Tokenized>>> {
         if checks.renderer {
-            if let Err(detail) = self.check_renderer(conversation) {
-                return Outcome::RendererMismatch(detail);
-            }
+            self.check_renderer(conversation)
+                .map_err(Outcome::RendererMismatch)?;
         }
-        let rows = match self.tokenize(conversation) {
+        Ok(self.render_rows(conversation))
+    }
+
+    fn finish(&self, encoded: Encoded, checks: SpotChecks) -> Outcome<Vec<Tokenized>> {
+        let rows = match self.mask_rows(encoded) {
             Ok(rows) => rows,
             Err(reject) => return Outcome::Rejected(reject),
         };
@@ -388,13 +475,25 @@ impl Stage<'_> {
 
     /// Renders, tokenizes and serializes the rows of a batch that are still wanted.
     fn work_batch(&self, rows: &mut [Processed]) {
-        rows.iter_mut().for_each(|p| {
+        let mut wanted = Vec::new();
+        for p in rows.iter_mut() {
             if let Ok(ready) = &mut p.result {
                 if let Some(conversation) = ready.conversation.take() {
-                    ready.work = Some(self.work(p.file, p.row, &conversation));
+                    let id = self.sample_id(p.file, p.row);
+                    let checks = self.processor.spot_checks(&id);
+                    wanted.push((ready, id, conversation, checks));
                 }
             }
-        });
+        }
+        let batch: Vec<_> = wanted
+            .iter()
+            .map(|(_, _, c, checks)| (c, *checks))
+            .collect();
+        let outcomes = self.processor.process_batch(&batch);
+        for ((ready, id, conversation, checked), outcome) in wanted.into_iter().zip(outcomes) {
+            let outcome = outcome.map_kept(|rows| self.serialize(&id, &conversation, rows));
+            ready.work = Some(Worked { outcome, checked });
+        }
     }
 
     /// Parses (a JSON line), adapts and validates one record.
@@ -414,17 +513,6 @@ impl Stage<'_> {
             conversation: Some(conversation),
             work: None,
         })
-    }
-
-    /// Tokenizes one conversation and, when kept, serializes what the writers need.
-    fn work(&self, file: usize, row: u64, conversation: &Conversation) -> Worked {
-        let id = self.sample_id(file, row);
-        let checked = self.processor.spot_checks(&id);
-        let outcome = self
-            .processor
-            .process(conversation, checked)
-            .map_kept(|rows| self.serialize(&id, conversation, rows));
-        Worked { outcome, checked }
     }
 
     fn serialize(&self, id: &str, conversation: &Conversation, rows: Vec<Tokenized>) -> KeptRows {

@@ -116,28 +116,90 @@ pub fn verify(
     supervise: &Range<usize>,
 ) -> Result<(), MaskError> {
     let spans = text_spans(text, markers, supervise);
-    // The table lookups first, in a loop of independent loads (many cache misses in flight at
-    // once), then the walk along the text, which depends on each token's length.
-    let heads: Vec<(u64, usize)> = ids.iter().map(|&id| bytes.head(id)).collect();
-    let text = text.as_bytes();
+    if decodes_with_span_mask(text.as_bytes(), ids, mask, bytes, &spans) {
+        return Ok(());
+    }
+    // Only for a row that fails: the token-by-token walk names the first bad token.
+    first_bad_token(text.as_bytes(), ids, mask, bytes, &spans)
+}
+
+/// The whole check in one pass with no per-token decision: the tokens' bytes are laid end to
+/// end and compared with the text at once, and the byte offsets where the mask switches on or
+/// off are compared with the spans' edges. Same verdict as [`first_bad_token`]: when the
+/// decode equals the text, the masked tokens cover exactly the spans (none inside left out,
+/// none outside, none across an edge) if and only if the mask switches exactly at their edges.
+fn decodes_with_span_mask(
+    text: &[u8],
+    ids: &[u32],
+    mask: &[u8],
+    bytes: &TokenBytes,
+    spans: &[Range<usize>],
+) -> bool {
+    if ids.len() != mask.len() {
+        return false;
+    }
+    // 8 spare bytes: short tokens are stored as whole 8-byte words, the next token overwriting
+    // the spare part.
+    let mut decoded = vec![0u8; text.len() + 8];
+    let mut offset = 0usize;
+    let mut switches = Vec::with_capacity(2 * spans.len() + 2);
+    let mut on = false;
+    let mut not_binary = 0u8;
+    for (&id, &m) in ids.iter().zip(mask) {
+        not_binary |= m & !1;
+        if (m == 1) != on {
+            on = !on;
+            switches.push(offset);
+        }
+        let (head, len) = bytes.head(id);
+        // An id outside the table has no bytes; the walk below decides about it.
+        if len == 0 {
+            return false;
+        }
+        let Some(slot) = decoded.get_mut(offset..offset + 8) else {
+            return false;
+        };
+        if len <= 8 {
+            slot.copy_from_slice(&head.to_le_bytes());
+        } else {
+            let Some(slot) = decoded.get_mut(offset..offset + len) else {
+                return false;
+            };
+            slot.copy_from_slice(bytes.get(id));
+        }
+        offset += len;
+    }
+    if on {
+        switches.push(offset);
+    }
+    // The spans' edges, empty spans dropped and touching ones merged, as a mask would see them.
+    let mut edges: Vec<usize> = Vec::with_capacity(2 * spans.len());
+    for span in spans.iter().filter(|s| !s.is_empty()) {
+        if edges.last() == Some(&span.start) {
+            edges.pop();
+        } else {
+            edges.push(span.start);
+        }
+        edges.push(span.end);
+    }
+    not_binary == 0 && offset == text.len() && decoded[..offset] == *text && switches == edges
+}
+
+/// The check token by token: the first token that does not decode to the text at its offset,
+/// or whose mask disagrees with the spans.
+fn first_bad_token(
+    text: &[u8],
+    ids: &[u32],
+    mask: &[u8],
+    bytes: &TokenBytes,
+    spans: &[Range<usize>],
+) -> Result<(), MaskError> {
     let mut offset = 0usize;
     let mut span = 0usize;
-    for (token, ((&id, &m), &(head, len))) in ids.iter().zip(mask).zip(&heads).enumerate() {
-        let end = offset + len;
-        let same = match text.get(offset..offset + 8) {
-            // Nearly every token: one masked 8-byte compare, no per-byte loop to mispredict.
-            Some(window) if len <= 8 => {
-                let window = <[u8; 8]>::try_from(window).map_or(0, u64::from_le_bytes);
-                let keep = if len == 8 {
-                    u64::MAX
-                } else {
-                    (1u64 << (len * 8)) - 1
-                };
-                (window ^ head) & keep == 0
-            }
-            _ => text.get(offset..end) == Some(bytes.get(id)),
-        };
-        if !same {
+    for (token, (&id, &m)) in ids.iter().zip(mask).enumerate() {
+        let token_bytes = bytes.get(id);
+        let end = offset + token_bytes.len();
+        if text.get(offset..end) != Some(token_bytes) {
             return Err(MaskError::DecodeMismatch { token, offset });
         }
         while spans.get(span).is_some_and(|s| s.end <= offset) {
@@ -193,4 +255,144 @@ fn text_spans(text: &str, markers: &ChatMarkers, supervise: &Range<usize>) -> Ve
         from = end;
     }
     spans
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tokenize::Tokenizer;
+
+    fn shipped() -> Tokenizer {
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/templates/qwen3.6/tokenizer.json.zst"
+        );
+        Tokenizer::load(path.as_ref()).expect("the shipped tokenizer loads")
+    }
+
+    // Two assistant turns, the second supervised; multi-byte text, a long token and a turn
+    // whose content starts with a newline (the tokenizer merges it with the header's).
+    const TEXT: &str = "<|im_start|>system\nYou are helpful.<|im_end|>\n<|im_start|>user\nHéllo wörld 你好<|im_end|>\n<|im_start|>assistant\nFirst answer, ================================<|im_end|>\n<|im_start|>user\nAgain?<|im_end|>\n<|im_start|>assistant\n<think>\nhmm\n</think>\n\nSecond 12345 answer.<|im_end|>\n";
+
+    fn check(t: &Tokenizer, text: &str, ids: &[u32], mask: &[u8]) -> Result<(), MaskError> {
+        verify(text, ids, mask, &t.bytes, &t.markers, &(1..2))
+    }
+
+    fn walk(t: &Tokenizer, text: &str, ids: &[u32], mask: &[u8]) -> Result<(), MaskError> {
+        let spans = text_spans(text, &t.markers, &(1..2));
+        first_bad_token(text.as_bytes(), ids, mask, &t.bytes, &spans)
+    }
+
+    #[test]
+    fn a_correct_mask_passes_and_every_corruption_is_named_like_the_token_walk() {
+        let t = shipped();
+        let ids = t.encoder.encode(TEXT).expect("encodes");
+        let (mask, blocks) = compute(&ids, &t.markers, &(1..2));
+        assert_eq!(blocks.iter().filter(|b| b.supervised).count(), 1);
+        assert_eq!(check(&t, TEXT, &ids, &mask), Ok(()));
+
+        let mut cases: Vec<(Vec<u32>, Vec<u8>)> = Vec::new();
+        for i in 0..ids.len() {
+            let mut flipped = mask.clone();
+            flipped[i] ^= 1;
+            cases.push((ids.clone(), flipped));
+            let mut two = mask.clone();
+            two[i] = 2;
+            cases.push((ids.clone(), two));
+            let mut other = ids.clone();
+            other[i] = other[i].wrapping_add(1) % 248_000;
+            cases.push((other, mask.clone()));
+            let (mut fewer, mut fewer_mask) = (ids.clone(), mask.clone());
+            fewer.remove(i);
+            fewer_mask.remove(i);
+            cases.push((fewer, fewer_mask));
+            if i + 1 < ids.len() {
+                let mut swapped = ids.clone();
+                swapped.swap(i, i + 1);
+                cases.push((swapped, mask.clone()));
+            }
+        }
+        let (mut longer, mut longer_mask) = (ids.clone(), mask.clone());
+        longer.push(ids[0]);
+        longer_mask.push(0);
+        cases.push((longer, longer_mask));
+        cases.push((ids.clone(), mask[..mask.len() - 1].to_vec()));
+        cases.push((vec![u32::MAX], vec![0]));
+        let mut failures = 0;
+        for (ids, mask) in &cases {
+            let got = check(&t, TEXT, ids, mask);
+            assert_eq!(got, walk(&t, TEXT, ids, mask), "ids {ids:?} mask {mask:?}");
+            failures += usize::from(got.is_err());
+        }
+        // Everything but swaps of equal neighbours and flips that change nothing fails.
+        assert!(failures + 8 >= cases.len(), "{failures} of {}", cases.len());
+    }
+
+    #[test]
+    fn the_errors_name_the_token_and_offset() {
+        let t = shipped();
+        let ids = t.encoder.encode(TEXT).expect("encodes");
+        let (mask, blocks) = compute(&ids, &t.markers, &(1..2));
+        let first = blocks
+            .iter()
+            .find(|b| b.supervised)
+            .expect("a supervised turn");
+        let content = first.start + t.markers.header_ids.len();
+
+        let mut unmasked = mask.clone();
+        unmasked[content] = 0;
+        assert_eq!(
+            check(&t, TEXT, &ids, &unmasked),
+            Err(MaskError::SpanMismatch {
+                token: content,
+                got: 0
+            })
+        );
+        let mut header = mask.clone();
+        header[content - 1] = 1;
+        assert_eq!(
+            check(&t, TEXT, &ids, &header),
+            Err(MaskError::SpanMismatch {
+                token: content - 1,
+                got: 1
+            })
+        );
+        let mut wrong = ids.clone();
+        wrong[3] = ids[4];
+        let offset: usize = ids[..3].iter().map(|&id| t.bytes.get(id).len()).sum();
+        assert_eq!(
+            check(&t, TEXT, &wrong, &mask),
+            Err(MaskError::DecodeMismatch { token: 3, offset })
+        );
+        let n = ids.len() - 1;
+        assert_eq!(
+            check(&t, TEXT, &ids[..n], &mask[..n]),
+            Err(MaskError::LengthMismatch {
+                decoded: TEXT.len() - 1,
+                expected: TEXT.len()
+            })
+        );
+    }
+
+    #[test]
+    fn a_token_across_a_turn_edge_fails_whatever_the_mask() {
+        let t = shipped();
+        // The assistant content starts with a newline: `\n\n` is one token across the end of
+        // the header, so the header is not found in token space and no mask can be right.
+        let text = "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n\nhello<|im_end|>\n";
+        let ids = t.encoder.encode(text).expect("encodes");
+        let all = 0..usize::MAX;
+        let (mask, _) = compute(&ids, &t.markers, &all);
+        let bad = verify(text, &ids, &mask, &t.bytes, &t.markers, &all);
+        assert!(
+            matches!(bad, Err(MaskError::SpanMismatch { .. })),
+            "{bad:?}"
+        );
+        let ones = vec![1; ids.len()];
+        let bad = verify(text, &ids, &ones, &t.bytes, &t.markers, &all);
+        assert!(
+            matches!(bad, Err(MaskError::SpanMismatch { .. })),
+            "{bad:?}"
+        );
+    }
 }
