@@ -36,4 +36,10 @@ pub enum WriteError {
     },
     #[error("spill file `{}` is corrupt", .0.display())]
     Corrupt(std::path::PathBuf),
+    #[error("shard `{}` read back {read} bytes, but {written} were written", .path.display())]
+    ShortShard {
+        path: std::path::PathBuf,
+        written: u64,
+        read: u64,
+    },
 }

@@ -1,5 +1,5 @@
 //! Arrow IPC *stream* shards (the format `datasets` memory-maps), uncompressed, every field
-//! nullable, hashed while written, and renamed into place only when complete.
+//! nullable, hashed as written, and renamed into place only when complete.
 
 use super::{TokenRow, WriteError};
 use arrow_array::builder::StringBuilder;
@@ -11,7 +11,7 @@ use serde::Serialize;
 use sha2::{Digest, Sha256};
 use std::collections::HashMap;
 use std::fs::File;
-use std::io::{BufWriter, Write};
+use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -50,21 +50,65 @@ pub struct ShardSummary {
     pub sha256: String,
 }
 
-struct HashingFile {
-    inner: BufWriter<File>,
-    hasher: Sha256,
+/// The shard file, counting what has been written.
+struct CountingFile {
+    file: File,
     bytes: u64,
 }
 
-impl Write for HashingFile {
+impl Write for CountingFile {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        let n = self.inner.write(buf)?;
-        self.hasher.update(&buf[..n]);
+        let n = self.file.write(buf)?;
         self.bytes += n as u64;
         Ok(n)
     }
     fn flush(&mut self) -> std::io::Result<()> {
-        self.inner.flush()
+        self.file.flush()
+    }
+}
+
+/// SHA-256 of a file being written, computed on its own thread by reading the file back behind
+/// the writer (from the page cache), so that hashing overlaps encoding, writing and the final
+/// `fsync` instead of adding to them.
+struct TrailingHasher {
+    written: std::sync::mpsc::Sender<u64>,
+    thread: std::thread::JoinHandle<std::io::Result<(String, u64)>>,
+}
+
+impl TrailingHasher {
+    fn start(path: &Path) -> std::io::Result<Self> {
+        let mut file = File::open(path)?;
+        let (written, upto) = std::sync::mpsc::channel::<u64>();
+        let thread = std::thread::spawn(move || {
+            let mut hasher = Sha256::new();
+            let mut buf = vec![0u8; 1 << 20];
+            let mut hashed = 0u64;
+            // Each message: the file now has this many bytes; the channel closes after the last.
+            for target in upto {
+                while hashed < target {
+                    let want = (target - hashed).min(buf.len() as u64) as usize;
+                    let chunk = &mut buf[..want];
+                    file.read_exact(chunk)?;
+                    hasher.update(&*chunk);
+                    hashed += want as u64;
+                }
+            }
+            Ok((hex::encode(hasher.finalize()), hashed))
+        });
+        Ok(TrailingHasher { written, thread })
+    }
+
+    /// Tells the hasher that the file has `bytes` bytes, all written.
+    fn written(&self, bytes: u64) {
+        // A hasher that stopped (a read error) reports it from `finish`.
+        let _ = self.written.send(bytes);
+    }
+
+    fn finish(self) -> std::io::Result<(String, u64)> {
+        drop(self.written);
+        self.thread
+            .join()
+            .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
     }
 }
 
@@ -121,7 +165,8 @@ pub fn record_batch(rows: &[TokenRow], sources: &[String]) -> Result<RecordBatch
 
 /// Writes one shard. Call [`ShardWriter::finish`]; a dropped writer leaves only a temp file.
 pub struct ShardWriter {
-    writer: StreamWriter<HashingFile>,
+    writer: StreamWriter<CountingFile>,
+    hasher: TrailingHasher,
     temp: PathBuf,
     path: PathBuf,
     file: String,
@@ -132,18 +177,20 @@ impl ShardWriter {
     pub fn create(dir: &Path, file: String) -> Result<Self, WriteError> {
         let path = dir.join(&file);
         let temp = dir.join(format!(".{file}.partial"));
-        let f = File::create(&temp).map_err(|e| WriteError::Io(temp.clone(), e))?;
-        let sink = HashingFile {
-            inner: BufWriter::with_capacity(1 << 20, f),
-            hasher: Sha256::new(),
-            bytes: 0,
-        };
+        let io_err = |e| WriteError::Io(temp.clone(), e);
+        let f = File::create(&temp).map_err(io_err)?;
+        let hasher = TrailingHasher::start(&temp).map_err(io_err)?;
+        // No buffering: the IPC writer hands over a few large pieces per batch, and the hasher
+        // may only read what has reached the file.
+        let sink = CountingFile { file: f, bytes: 0 };
         let writer = StreamWriter::try_new(sink, &schema()).map_err(|e| WriteError::Arrow {
             path: path.clone(),
             message: e.to_string(),
         })?;
+        hasher.written(writer.get_ref().bytes);
         Ok(ShardWriter {
             writer,
+            hasher,
             temp,
             path,
             file,
@@ -157,6 +204,7 @@ impl ShardWriter {
             path: self.path.clone(),
             message: e.to_string(),
         })?;
+        self.hasher.written(self.writer.get_ref().bytes);
         self.rows += batch.num_rows() as u64;
         Ok(())
     }
@@ -171,25 +219,28 @@ impl ShardWriter {
             path: path.to_owned(),
             message: e.to_string(),
         };
+        let io_err = |e| WriteError::Io(self.temp.clone(), e);
         let mut writer = self.writer;
         writer.finish().map_err(|e| arrow_err(&self.path, e))?;
-        let mut sink = writer.into_inner().map_err(|e| arrow_err(&self.path, e))?;
-        sink.flush()
-            .map_err(|e| WriteError::Io(self.temp.clone(), e))?;
-        let sha256 = hex::encode(sink.hasher.finalize_reset());
-        let bytes = sink.bytes;
-        let file = sink
-            .inner
-            .into_inner()
-            .map_err(|e| WriteError::Io(self.temp.clone(), e.into_error()))?;
-        file.sync_all()
-            .map_err(|e| WriteError::Io(self.temp.clone(), e))?;
+        let sink = writer.into_inner().map_err(|e| arrow_err(&self.path, e))?;
+        self.hasher.written(sink.bytes);
+        // The sync and the end of the hashing run at the same time.
+        let synced = sink.file.sync_all();
+        let (sha256, hashed) = self.hasher.finish().map_err(io_err)?;
+        synced.map_err(io_err)?;
+        if hashed != sink.bytes {
+            return Err(WriteError::ShortShard {
+                path: self.temp.clone(),
+                written: sink.bytes,
+                read: hashed,
+            });
+        }
         std::fs::rename(&self.temp, &self.path)
             .map_err(|e| WriteError::Io(self.path.clone(), e))?;
         Ok(ShardSummary {
             file: self.file,
             rows: self.rows,
-            bytes,
+            bytes: sink.bytes,
             sha256,
         })
     }
