@@ -17,8 +17,8 @@ use rayon::prelude::*;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-// The allocator of the `chatshards` binary, so that raw encoding is measured as the pipeline
-// runs it.
+// The allocator of the `chatshards` binary, set up the same way (`tune_allocator`), so that raw
+// encoding is measured as the pipeline runs it.
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
@@ -122,6 +122,7 @@ fn measure(
 }
 
 fn main() -> Result<()> {
+    chatshards::tune_allocator();
     let args = parse_args()?;
     let texts = match &args.file {
         Some(file) => read_texts(file)?,

@@ -32,6 +32,7 @@ const STAGES: [&str; 7] = [
 ];
 
 fn main() -> Result<()> {
+    chatshards::tune_allocator();
     let mut args = std::env::args().skip(1);
     let pipeline = args
         .next()

@@ -6,6 +6,7 @@ use std::process::ExitCode;
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> ExitCode {
+    chatshards::tune_allocator();
     let cli = chatshards::cli::Cli::parse();
     match chatshards::run(cli) {
         Ok(()) => ExitCode::SUCCESS,

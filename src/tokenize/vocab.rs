@@ -38,6 +38,10 @@ impl TokenizerError {
 pub struct TokenBytes {
     offsets: Vec<u32>,
     data: Vec<u8>,
+    /// Per id, its first 8 bytes as a little-endian word (zero past its end) and its length
+    /// (255 for 255 and more): the mask check's lookup, one independent load per table.
+    heads: Vec<u64>,
+    lens: Vec<u8>,
 }
 
 impl TokenBytes {
@@ -94,7 +98,22 @@ impl TokenBytes {
             offsets.push(data.len() as u32);
         }
         data.extend_from_slice(&[0; 8]);
-        TokenBytes { offsets, data }
+        let (heads, lens) = offsets
+            .windows(2)
+            .map(|w| {
+                let (a, b) = (w[0] as usize, w[1] as usize);
+                let mut word = [0u8; 8];
+                let n = (b - a).min(8);
+                word[..n].copy_from_slice(&data[a..a + n]);
+                (u64::from_le_bytes(word), (b - a).min(255) as u8)
+            })
+            .unzip();
+        TokenBytes {
+            offsets,
+            data,
+            heads,
+            lens,
+        }
     }
 
     /// The first 8 bytes of `id` as a little-endian word (zero past its end) and its length,
@@ -102,23 +121,9 @@ impl TokenBytes {
     #[inline]
     pub fn head(&self, id: u32) -> (u64, usize) {
         let i = id as usize;
-        match (self.offsets.get(i), self.offsets.get(i + 1)) {
-            (Some(&a), Some(&b)) => {
-                let (a, b) = (a as usize, b as usize);
-                // `data` ends with 8 bytes of padding, so this window always exists.
-                let word = self
-                    .data
-                    .get(a..a + 8)
-                    .and_then(|w| <[u8; 8]>::try_from(w).ok())
-                    .map_or(0, u64::from_le_bytes);
-                let len = b - a;
-                let keep = if len >= 8 {
-                    u64::MAX
-                } else {
-                    (1u64 << (len * 8)) - 1
-                };
-                (word & keep, len)
-            }
+        match (self.heads.get(i), self.lens.get(i)) {
+            (Some(&word), Some(&255)) => (word, self.get(id).len()),
+            (Some(&word), Some(&len)) => (word, len as usize),
             _ => (0, 0),
         }
     }
