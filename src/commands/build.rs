@@ -10,10 +10,10 @@ use crate::tokenize::{Backend, BackendReport, Tokenizer};
 use crate::validate::Validator;
 use crate::write::manifest::{Encoder, HubInput, InputFile, Inputs, Manifest, Settings, Tool};
 use crate::write::{
-    self, read_bucket, record_batch, shard_name, ShardWriter, Spill, WriteError, SHARD_BATCH_ROWS,
+    self, read_bucket, record_batch, shard_name, ShardEncoder, ShardWriter, Spill, WriteError,
+    SHARD_BATCH_ROWS,
 };
 use anyhow::{bail, Context, Result};
-use arrow_array::RecordBatch;
 use std::fs;
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
@@ -231,15 +231,16 @@ fn check_output_dir(out: &Path) -> Result<()> {
     Ok(())
 }
 
-/// A record batch for the shard writer, and whether it ends its shard.
-struct ShardBatch {
+/// Encoded bytes of a shard for the writer, and whether they end it.
+struct ShardChunk {
     shard: usize,
-    batch: Result<RecordBatch, WriteError>,
+    bytes: Result<Vec<u8>, WriteError>,
+    rows: u64,
     ends_shard: bool,
 }
 
 /// Appends the spilled rows to the shards in key order. A thread loads and sorts the buckets
-/// and builds the record batches while this one encodes, hashes and writes them.
+/// and builds and encodes the record batches while this one writes them (and a third hashes).
 fn write_shards(
     dir: &Path,
     spill: Spill,
@@ -249,18 +250,24 @@ fn write_shards(
 ) -> Result<Vec<write::ShardSummary>> {
     let count = total_rows.div_ceil(rows_per_shard as u64) as usize;
     let buckets = spill.finish()?;
-    let (tx, rx) = std::sync::mpsc::sync_channel::<ShardBatch>(2);
+    let (tx, rx) = std::sync::mpsc::sync_channel::<ShardChunk>(2);
     std::thread::scope(|scope| {
         scope.spawn(move || {
             let (mut shard, mut in_shard, mut seen) = (0usize, 0usize, 0u64);
             let mut pending = Vec::with_capacity(SHARD_BATCH_ROWS);
+            let mut encoder: Option<ShardEncoder> = None;
+            let arrow_err = |shard: usize, message: String| WriteError::Arrow {
+                path: dir.join(shard_name(shard, count)),
+                message,
+            };
             for bucket in buckets {
                 let rows = match read_bucket(&bucket) {
                     Ok(rows) => rows,
                     Err(e) => {
-                        let _ = tx.send(ShardBatch {
+                        let _ = tx.send(ShardChunk {
                             shard,
-                            batch: Err(e),
+                            bytes: Err(e),
+                            rows: 0,
                             ends_shard: false,
                         });
                         return;
@@ -272,45 +279,56 @@ fn write_shards(
                     in_shard += 1;
                     seen += 1;
                     let ends_shard = in_shard == rows_per_shard || seen == total_rows;
-                    if pending.len() == SHARD_BATCH_ROWS || ends_shard {
-                        let batch =
-                            record_batch(&pending, &sources).map_err(|message| WriteError::Arrow {
-                                path: dir.join(shard_name(shard, count)),
-                                message,
-                            });
-                        pending.clear();
-                        if tx
-                            .send(ShardBatch {
-                                shard,
-                                batch,
-                                ends_shard,
-                            })
-                            .is_err()
-                        {
-                            return;
-                        }
+                    if pending.len() < SHARD_BATCH_ROWS && !ends_shard {
+                        continue;
+                    }
+                    let bytes = (|| {
+                        let batch = record_batch(&pending, &sources)?;
+                        let enc = match encoder.as_mut() {
+                            Some(enc) => enc,
+                            None => encoder.insert(ShardEncoder::new()?),
+                        };
+                        let mut bytes = enc.encode(&batch)?;
                         if ends_shard {
-                            shard += 1;
-                            in_shard = 0;
+                            if let Some(enc) = encoder.take() {
+                                bytes.extend(enc.finish()?);
+                            }
                         }
+                        Ok(bytes)
+                    })()
+                    .map_err(|message| arrow_err(shard, message));
+                    let chunk = ShardChunk {
+                        shard,
+                        bytes,
+                        rows: pending.len() as u64,
+                        ends_shard,
+                    };
+                    pending.clear();
+                    if tx.send(chunk).is_err() {
+                        return;
+                    }
+                    if ends_shard {
+                        shard += 1;
+                        in_shard = 0;
                     }
                 }
             }
         });
         let mut shards = Vec::with_capacity(count);
         let mut current: Option<ShardWriter> = None;
-        for ShardBatch {
+        for ShardChunk {
             shard,
-            batch,
+            bytes,
+            rows,
             ends_shard,
         } in rx
         {
-            let batch = batch?;
+            let bytes = bytes?;
             let writer = match current.as_mut() {
                 Some(w) => w,
                 None => current.insert(ShardWriter::create(dir, shard_name(shard, count))?),
             };
-            writer.write(&batch)?;
+            writer.append(bytes, rows)?;
             if ends_shard {
                 if let Some(w) = current.take() {
                     shards.push(w.finish()?);

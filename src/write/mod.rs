@@ -10,7 +10,9 @@ mod shard;
 mod spill;
 
 pub use dataset::{dataset_info_json, pretty, shard_name, state_json};
-pub use shard::{record_batch, schema, ShardSummary, ShardWriter, BATCH_ROWS as SHARD_BATCH_ROWS};
+pub use shard::{
+    record_batch, schema, ShardEncoder, ShardSummary, ShardWriter, BATCH_ROWS as SHARD_BATCH_ROWS,
+};
 pub use spill::{read_bucket, shuffle_key, Spill};
 
 /// One tokenized output row.
@@ -36,10 +38,4 @@ pub enum WriteError {
     },
     #[error("spill file `{}` is corrupt", .0.display())]
     Corrupt(std::path::PathBuf),
-    #[error("shard `{}` read back {read} bytes, but {written} were written", .path.display())]
-    ShortShard {
-        path: std::path::PathBuf,
-        written: u64,
-        read: u64,
-    },
 }

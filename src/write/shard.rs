@@ -11,7 +11,7 @@ use serde::Serialize;
 use sha2::{Digest, Sha256};
 use std::collections::HashMap;
 use std::fs::File;
-use std::io::{Read, Write};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -50,62 +50,33 @@ pub struct ShardSummary {
     pub sha256: String,
 }
 
-/// The shard file, counting what has been written.
-struct CountingFile {
-    file: File,
-    bytes: u64,
+/// SHA-256 of a file's bytes on a thread of its own, fed the chunks as they are written, so
+/// that hashing overlaps encoding, writing and the final `fsync` instead of adding to them.
+struct ChunkHasher {
+    chunks: std::sync::mpsc::SyncSender<Arc<Vec<u8>>>,
+    thread: std::thread::JoinHandle<String>,
 }
 
-impl Write for CountingFile {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        let n = self.file.write(buf)?;
-        self.bytes += n as u64;
-        Ok(n)
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        self.file.flush()
-    }
-}
-
-/// SHA-256 of a file being written, computed on its own thread by reading the file back behind
-/// the writer (from the page cache), so that hashing overlaps encoding, writing and the final
-/// `fsync` instead of adding to them.
-struct TrailingHasher {
-    written: std::sync::mpsc::Sender<u64>,
-    thread: std::thread::JoinHandle<std::io::Result<(String, u64)>>,
-}
-
-impl TrailingHasher {
-    fn start(path: &Path) -> std::io::Result<Self> {
-        let mut file = File::open(path)?;
-        let (written, upto) = std::sync::mpsc::channel::<u64>();
+impl ChunkHasher {
+    fn start() -> Self {
+        let (chunks, rx) = std::sync::mpsc::sync_channel::<Arc<Vec<u8>>>(4);
         let thread = std::thread::spawn(move || {
             let mut hasher = Sha256::new();
-            let mut buf = vec![0u8; 1 << 20];
-            let mut hashed = 0u64;
-            // Each message: the file now has this many bytes; the channel closes after the last.
-            for target in upto {
-                while hashed < target {
-                    let want = (target - hashed).min(buf.len() as u64) as usize;
-                    let chunk = &mut buf[..want];
-                    file.read_exact(chunk)?;
-                    hasher.update(&*chunk);
-                    hashed += want as u64;
-                }
+            for chunk in rx {
+                hasher.update(chunk.as_slice());
             }
-            Ok((hex::encode(hasher.finalize()), hashed))
+            hex::encode(hasher.finalize())
         });
-        Ok(TrailingHasher { written, thread })
+        ChunkHasher { chunks, thread }
     }
 
-    /// Tells the hasher that the file has `bytes` bytes, all written.
-    fn written(&self, bytes: u64) {
-        // A hasher that stopped (a read error) reports it from `finish`.
-        let _ = self.written.send(bytes);
+    fn update(&self, chunk: Arc<Vec<u8>>) {
+        // The thread only stops when the channel closes.
+        let _ = self.chunks.send(chunk);
     }
 
-    fn finish(self) -> std::io::Result<(String, u64)> {
-        drop(self.written);
+    fn finish(self) -> String {
+        drop(self.chunks);
         self.thread
             .join()
             .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
@@ -163,84 +134,83 @@ pub fn record_batch(rows: &[TokenRow], sources: &[String]) -> Result<RecordBatch
     RecordBatch::try_new(schema(), columns).map_err(|e| e.to_string())
 }
 
-/// Writes one shard. Call [`ShardWriter::finish`]; a dropped writer leaves only a temp file.
+/// Turns one shard's record batches into its bytes, exactly as arrow's `StreamWriter` writes
+/// them (the schema before the first batch, the end-of-stream marker after the last), so that
+/// encoding can run on another thread than the writing.
+pub struct ShardEncoder {
+    writer: StreamWriter<Vec<u8>>,
+}
+
+impl ShardEncoder {
+    pub fn new() -> Result<Self, String> {
+        let writer = StreamWriter::try_new(Vec::new(), &schema()).map_err(|e| e.to_string())?;
+        Ok(ShardEncoder { writer })
+    }
+
+    /// The bytes that follow those returned so far, up to and including `batch`.
+    pub fn encode(&mut self, batch: &RecordBatch) -> Result<Vec<u8>, String> {
+        self.writer.write(batch).map_err(|e| e.to_string())?;
+        Ok(std::mem::take(self.writer.get_mut()))
+    }
+
+    /// The last bytes of the shard.
+    pub fn finish(mut self) -> Result<Vec<u8>, String> {
+        self.writer.finish().map_err(|e| e.to_string())?;
+        self.writer.into_inner().map_err(|e| e.to_string())
+    }
+}
+
+/// Writes one shard's bytes from a [`ShardEncoder`]. Call [`ShardWriter::finish`]; a dropped
+/// writer leaves only a temp file.
 pub struct ShardWriter {
-    writer: StreamWriter<CountingFile>,
-    hasher: TrailingHasher,
+    file: File,
+    hasher: ChunkHasher,
     temp: PathBuf,
     path: PathBuf,
-    file: String,
+    name: String,
+    bytes: u64,
     rows: u64,
 }
 
 impl ShardWriter {
-    pub fn create(dir: &Path, file: String) -> Result<Self, WriteError> {
-        let path = dir.join(&file);
-        let temp = dir.join(format!(".{file}.partial"));
-        let io_err = |e| WriteError::Io(temp.clone(), e);
-        let f = File::create(&temp).map_err(io_err)?;
-        let hasher = TrailingHasher::start(&temp).map_err(io_err)?;
-        // No buffering: the IPC writer hands over a few large pieces per batch, and the hasher
-        // may only read what has reached the file.
-        let sink = CountingFile { file: f, bytes: 0 };
-        let writer = StreamWriter::try_new(sink, &schema()).map_err(|e| WriteError::Arrow {
-            path: path.clone(),
-            message: e.to_string(),
-        })?;
-        hasher.written(writer.get_ref().bytes);
+    pub fn create(dir: &Path, name: String) -> Result<Self, WriteError> {
+        let path = dir.join(&name);
+        let temp = dir.join(format!(".{name}.partial"));
+        let file = File::create(&temp).map_err(|e| WriteError::Io(temp.clone(), e))?;
         Ok(ShardWriter {
-            writer,
-            hasher,
+            file,
+            hasher: ChunkHasher::start(),
             temp,
             path,
-            file,
+            name,
+            bytes: 0,
             rows: 0,
         })
     }
 
-    /// Appends a batch made by [`record_batch`].
-    pub fn write(&mut self, batch: &RecordBatch) -> Result<(), WriteError> {
-        self.writer.write(batch).map_err(|e| WriteError::Arrow {
-            path: self.path.clone(),
-            message: e.to_string(),
-        })?;
-        self.hasher.written(self.writer.get_ref().bytes);
-        self.rows += batch.num_rows() as u64;
+    /// Appends encoded bytes holding `rows` rows.
+    pub fn append(&mut self, bytes: Vec<u8>, rows: u64) -> Result<(), WriteError> {
+        self.file
+            .write_all(&bytes)
+            .map_err(|e| WriteError::Io(self.temp.clone(), e))?;
+        self.bytes += bytes.len() as u64;
+        self.rows += rows;
+        self.hasher.update(Arc::new(bytes));
         Ok(())
     }
 
-    pub fn rows(&self) -> u64 {
-        self.rows
-    }
-
-    /// Writes the end-of-stream marker, syncs, and renames the shard into place.
+    /// Syncs the file and renames it into place.
     pub fn finish(self) -> Result<ShardSummary, WriteError> {
-        let arrow_err = |path: &Path, e: arrow_schema::ArrowError| WriteError::Arrow {
-            path: path.to_owned(),
-            message: e.to_string(),
-        };
-        let io_err = |e| WriteError::Io(self.temp.clone(), e);
-        let mut writer = self.writer;
-        writer.finish().map_err(|e| arrow_err(&self.path, e))?;
-        let sink = writer.into_inner().map_err(|e| arrow_err(&self.path, e))?;
-        self.hasher.written(sink.bytes);
         // The sync and the end of the hashing run at the same time.
-        let synced = sink.file.sync_all();
-        let (sha256, hashed) = self.hasher.finish().map_err(io_err)?;
-        synced.map_err(io_err)?;
-        if hashed != sink.bytes {
-            return Err(WriteError::ShortShard {
-                path: self.temp.clone(),
-                written: sink.bytes,
-                read: hashed,
-            });
-        }
+        let synced = self.file.sync_all();
+        let sha256 = self.hasher.finish();
+        synced.map_err(|e| WriteError::Io(self.temp.clone(), e))?;
         std::fs::rename(&self.temp, &self.path)
             .map_err(|e| WriteError::Io(self.path.clone(), e))?;
         Ok(ShardSummary {
-            file: self.file,
+            file: self.name,
             rows: self.rows,
-            bytes: sink.bytes,
+            bytes: self.bytes,
             sha256,
         })
     }
