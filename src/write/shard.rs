@@ -160,6 +160,31 @@ impl ShardEncoder {
     }
 }
 
+/// The largest single `write` into a shard. A write of several MiB lets the kernel back the
+/// page cache with 2 MiB folios, which on virtual machines often come from memory the host
+/// must fault in first: measured 1.5 s/GB of system time for 4 MiB writes against 0.25 s/GB
+/// for 256 KiB ones (BENCHMARKS.md).
+const WRITE_PIECE: usize = 256 << 10;
+
+/// Asks the kernel to start writing a range out now (`sync_file_range`, no wait), so that
+/// the `fsync` that completes the shard finds little left to do instead of the whole file.
+/// Durability still comes from that `fsync`; elsewhere this is a no-op.
+#[cfg(target_os = "linux")]
+fn start_writeback(file: &File, offset: u64, len: usize) {
+    use std::os::fd::AsRawFd;
+    let (Ok(offset), Ok(len)) = (i64::try_from(offset), i64::try_from(len)) else {
+        return;
+    };
+    // SAFETY: a plain syscall on a descriptor this writer owns; a failure only means the
+    // final `fsync` does all the work, so its result is ignored.
+    unsafe {
+        libc::sync_file_range(file.as_raw_fd(), offset, len, libc::SYNC_FILE_RANGE_WRITE);
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn start_writeback(_file: &File, _offset: u64, _len: usize) {}
+
 /// Writes one shard's bytes from a [`ShardEncoder`]. Call [`ShardWriter::finish`]; a dropped
 /// writer leaves only a temp file.
 pub struct ShardWriter {
@@ -188,11 +213,13 @@ impl ShardWriter {
         })
     }
 
-    /// Appends encoded bytes holding `rows` rows.
+    /// Appends encoded bytes holding `rows` rows, and starts writing them out to disk.
     pub fn append(&mut self, bytes: Vec<u8>, rows: u64) -> Result<(), WriteError> {
-        self.file
-            .write_all(&bytes)
+        bytes
+            .chunks(WRITE_PIECE)
+            .try_for_each(|piece| self.file.write_all(piece))
             .map_err(|e| WriteError::Io(self.temp.clone(), e))?;
+        start_writeback(&self.file, self.bytes, bytes.len());
         self.bytes += bytes.len() as u64;
         self.rows += rows;
         self.hasher.update(Arc::new(bytes));
