@@ -12,6 +12,7 @@
 use anyhow::{Context, Result};
 use chatshards::adapt::{to_sharegpt_record, Repairs};
 use chatshards::plan::{self, HubAccess};
+use chatshards::read::Record;
 use chatshards::render::plan_rows;
 use chatshards::tokenize::mask;
 use std::io::BufRead;
@@ -22,8 +23,8 @@ use std::time::{Duration, Instant};
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 const STAGES: [&str; 7] = [
-    "parse JSON",
-    "adapt + validate",
+    "parse + adapt",
+    "validate",
     "render",
     "encode",
     "mask + check",
@@ -64,20 +65,30 @@ fn main() -> Result<()> {
     let (mut rows, mut tokens) = (0usize, 0usize);
     let tk = &processor.tokenizer;
     let mut timed = |stage: usize, start: Instant| spent[stage] += start.elapsed();
-    for (b, chunk) in lines.chunks(batch).enumerate() {
+    let mut lines = lines.into_iter();
+    for b in 0.. {
+        let chunk: Vec<Vec<u8>> = lines.by_ref().take(batch).collect();
+        if chunk.is_empty() {
+            break;
+        }
         let t = Instant::now();
-        let values = chunk
-            .iter()
-            .map(|line| serde_json::from_slice(line))
-            .collect::<Result<Vec<serde_json::Value>, _>>()?;
+        let adapted: Vec<_> = chunk
+            .into_iter()
+            .map(|line| {
+                let mut repairs = Repairs::new();
+                let adapted = source
+                    .adapter
+                    .prepare_record(Record::Line(line), &mut repairs);
+                adapted.ok().map(|c| (c, repairs))
+            })
+            .collect();
         timed(0, t);
         let t = Instant::now();
-        let conversations: Vec<_> = values
-            .iter()
+        let conversations: Vec<_> = adapted
+            .into_iter()
             .enumerate()
-            .filter_map(|(i, value)| {
-                let mut repairs = Repairs::new();
-                let conversation = source.adapter.prepare(value, &mut repairs).ok()?;
+            .filter_map(|(i, adapted)| {
+                let (conversation, mut repairs) = adapted?;
                 let conversation = processor
                     .validator
                     .validate(conversation, &mut repairs)

@@ -498,11 +498,11 @@ impl Stage<'_> {
 
     /// Parses (a JSON line), adapts and validates one record.
     fn prepare(&self, raw: RawRow, dedup: bool) -> Result<Ready, Skip> {
-        let value = raw
-            .into_value()
-            .map_err(|e| Reject::new(RejectReason::InvalidJson, e))?;
         let mut repairs = Repairs::new();
-        let conversation = self.source().adapter.prepare(&value, &mut repairs)?;
+        let conversation = self
+            .source()
+            .adapter
+            .prepare_record(raw.record, &mut repairs)?;
         let conversation = self
             .processor
             .validator

@@ -15,7 +15,8 @@ use chatshards::conversation::Conversation;
 use chatshards::plan::config::{ColumnsConfig, FormatName, TagsConfig};
 use chatshards::plan::FormatOptions;
 use chatshards::read::read_files;
-use chatshards::reject::Skip;
+use chatshards::read::Record;
+use chatshards::reject::{Reject, RejectReason, Skip};
 use chatshards::render::Renderer;
 use chatshards::tokenize::Tokenizer;
 use chatshards::validate::Validator;
@@ -747,6 +748,10 @@ fn mutate(rng: &mut Rng, value: &mut Value, depth: usize) {
 fn survive(adapters: &[Adapter], renderer: &Renderer, row: &Value) {
     for adapter in adapters {
         let _ = adapter.metadata(row);
+        same_from_line(
+            adapter,
+            &serde_json::to_vec(row).expect("a value serializes"),
+        );
         let (result, _) = outcome(adapter, row);
         if let Ok(c) = result {
             assert_eq!(
@@ -758,6 +763,81 @@ fn survive(adapters: &[Adapter], renderer: &Renderer, row: &Value) {
             let _ = chatshards::adapt::to_sharegpt_record(&c, "id", "source");
         }
     }
+}
+
+/// A JSON line adapts as its parsed value does (the `openai` format reads plain lines
+/// without building the value first), repairs included. Returns whether the line took a
+/// typed path.
+fn same_from_line(adapter: &Adapter, line: &[u8]) -> bool {
+    let mut from_line = Repairs::new();
+    let got = adapter.prepare_record(Record::Line(line.to_vec()), &mut from_line);
+    let mut from_value = Repairs::new();
+    let want = match serde_json::from_slice::<Value>(line) {
+        Ok(value) => adapter.prepare(&value, &mut from_value),
+        Err(e) => Err(Skip::Rejected(Reject::new(
+            RejectReason::InvalidJson,
+            e.to_string(),
+        ))),
+    };
+    assert_eq!(
+        (&got, &from_line),
+        (&want, &from_value),
+        "{} adapts this line unlike its value: {}",
+        adapter.name(),
+        String::from_utf8_lossy(line)
+    );
+    match adapter {
+        Adapter::OpenAi(a) => a.adapt_line(line).is_some(),
+        _ => false,
+    }
+}
+
+#[test]
+fn openai_lines_adapt_as_their_values() {
+    let adapter = adapter("openai", None);
+    let lines: &[&str] = &[
+        // Plain rows: the typed path.
+        r#"{"messages":[{"role":"user","content":"hi"},{"role":"assistant","content":"yo"}]}"#,
+        r#"{"id":7,"messages":[{"role":"system","content":"s\n\u00e9"},{"role":"user","content":null},{"role":"assistant","content":"a","reasoning_content":null,"reasoning":"r","thinking":"t"}],"tools":null}"#,
+        r#"{"messages":[{"role":"user","content":"q","name":"ignored","reasoning":"ignored"},{"role":"assistant","tool_calls":[{"type":"function","function":{"name":"f","arguments":"{\"a\": 1}"}},{"id":"c2","name":"g","arguments":{"b":[1,2.5]}}]},{"role":"tool","content":"42","name":"f","tool_call_id":"c1"},{"role":"assistant","content":"done","reasoning_content":""}],"tools":[{"type":"function","function":{"name":"f","parameters":{"type":"object"}}}]}"#,
+        r#"{"messages":[{"role":"assistant","content":"x","tool_calls":null}],"tools":[]}"#,
+        r#"{"messages":[]}"#,
+        r#"{"messages":[{"role":"assistant","content":"a","reasoning_content":"rc","reasoning":"r"},{"role":"assistant","content":"b","reasoning":"r","thinking":"t"}]}"#,
+        // Everything else: the reference path, whatever its outcome.
+        r#"{"messages":[{"role":"user","content":"a"}],"messages":[{"role":"user","content":"b"}]}"#,
+        r#"{"messages":[{"role":"user","content":"a","content":"b"}]}"#,
+        r#"{"messages":[{"role":"user","content":[{"type":"text","text":"a"},{"type":"text","text":"b"}]}]}"#,
+        r#"{"messages":"[{\"role\":\"user\",\"content\":\"a\"}]"}"#,
+        r#"{"messages":null}"#,
+        r#"{"messages":[{"role":"robot","content":"a"}]}"#,
+        r#"{"messages":[{"content":"a"}]}"#,
+        r#"{"messages":[{"role":"user","content":5}]}"#,
+        r#"{"messages":[{"role":"assistant","content":"a","reasoning":7}]}"#,
+        r#"{"messages":[{"role":"user","content":"a","reasoning":7,"tool_calls":"x"}]}"#,
+        r#"{"messages":[{"role":"assistant","content":"a","tool_calls":{"name":"f"}}]}"#,
+        r#"{"messages":[{"role":"assistant","tool_calls":[{"function":{"arguments":"{}"}}]}]}"#,
+        r#"{"messages":[{"role":"assistant","tool_calls":[{"function":{"name":"f","arguments":"not json"}}]}]}"#,
+        r#"{"messages":[{"role":"user","content":"a"}],"tools":[1]}"#,
+        r#"{"messages":[{"role":"user","content":"a"}],"tools":"[{\"name\":\"f\"}]"}"#,
+        r#"[{"role":"user","content":"a"}]"#,
+        r#"{"messages":[{"role":"user","content":"a"}]"#,
+        "\u{feff}{\"messages\":[]}",
+    ];
+    let typed: Vec<bool> = lines
+        .iter()
+        .map(|line| same_from_line(&adapter, line.as_bytes()))
+        .collect();
+    assert_eq!(typed[..6], [true; 6], "plain rows take the typed path");
+    assert_eq!(typed[6..], vec![false; lines.len() - 6][..]);
+    // The demo's chat rows: all plain but the three broken on purpose (a truncated line, a
+    // `developer` role, tool-call arguments that are not JSON), which are rejected.
+    let demo = Path::new(ROOT).join("tests/fixtures/demo/chat.jsonl");
+    let text = std::fs::read_to_string(&demo).expect("demo chat.jsonl");
+    let typed = text
+        .lines()
+        .filter(|line| same_from_line(&adapter, line.as_bytes()))
+        .count();
+    assert_eq!((typed, text.lines().count()), (152, 155));
 }
 
 fn all_adapters() -> Vec<Adapter> {

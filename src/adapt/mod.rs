@@ -37,6 +37,7 @@ pub use sharegpt::{to_sharegpt_record, ShareGptAdapter};
 pub use xlam::XlamAdapter;
 
 use crate::conversation::Conversation;
+use crate::read::Record;
 use crate::reject::{FilterReason, Reject, Repair, Skip};
 use serde_json::{Map, Value};
 
@@ -90,6 +91,26 @@ impl Adapter {
             return Err(Skip::Filtered(reason));
         }
         Ok(self.adapt(row, repairs)?)
+    }
+
+    /// [`prepare`](Self::prepare) for a record as read: a JSON line parsed (a line that is not
+    /// JSON is rejected), or adapted from its text by the format's typed path when it has one
+    /// and the line fits it.
+    pub fn prepare_record(
+        &self,
+        record: Record,
+        repairs: &mut Repairs,
+    ) -> Result<Conversation, Skip> {
+        if let (Adapter::OpenAi(a), Record::Line(line)) = (self, &record) {
+            if let Some((conversation, done)) = a.adapt_line(line) {
+                repairs.extend(done);
+                return Ok(conversation);
+            }
+        }
+        let value = record
+            .into_value()
+            .map_err(|e| Reject::new(crate::reject::RejectReason::InvalidJson, e))?;
+        self.prepare(&value, repairs)
     }
 
     /// Source labels that are not part of the conversation (ids, OpenOrca's submix, a

@@ -35,7 +35,14 @@ pub enum Record {
 impl RawRow {
     /// The record as JSON, or why its line is not valid JSON.
     pub fn into_value(self) -> Result<Value, String> {
-        match self.record {
+        self.record.into_value()
+    }
+}
+
+impl Record {
+    /// The record as JSON, or why its line is not valid JSON.
+    pub fn into_value(self) -> Result<Value, String> {
+        match self {
             Record::Parsed(value) => Ok(value),
             Record::Line(line) => serde_json::from_slice(&line).map_err(|e| e.to_string()),
         }
