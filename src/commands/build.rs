@@ -10,7 +10,7 @@ use crate::tokenize::{Backend, BackendReport, Tokenizer};
 use crate::validate::Validator;
 use crate::write::manifest::{Encoder, HubInput, InputFile, Inputs, Manifest, Settings, Tool};
 use crate::write::{
-    self, read_bucket, record_batch, shard_name, ShardEncoder, ShardWriter, Spill, WriteError,
+    self, shard_name, BatchBuilder, Bucket, ShardEncoder, ShardWriter, Spill, WriteError,
     SHARD_BATCH_ROWS,
 };
 use anyhow::{bail, Context, Result};
@@ -252,38 +252,51 @@ fn write_shards(
     let buckets = spill.finish()?;
     let (tx, rx) = std::sync::mpsc::sync_channel::<ShardChunk>(2);
     std::thread::scope(|scope| {
+        // Removing a bucket waits for any of its pages the kernel is still writing out (a long
+        // build's spill is partly on its way to disk): 0.35 s per 400 MB measured, so it runs
+        // beside the writing instead of in its way.
+        let (read_tx, read) = std::sync::mpsc::channel::<PathBuf>();
+        scope.spawn(move || {
+            for path in read {
+                fs::remove_file(&path).ok();
+            }
+        });
         scope.spawn(move || {
             let (mut shard, mut in_shard, mut seen) = (0usize, 0usize, 0u64);
-            let mut pending = Vec::with_capacity(SHARD_BATCH_ROWS);
+            let mut builder = BatchBuilder::default();
             let mut encoder: Option<ShardEncoder> = None;
+            let mut buffer = Vec::new();
             let arrow_err = |shard: usize, message: String| WriteError::Arrow {
                 path: dir.join(shard_name(shard, count)),
                 message,
             };
-            for bucket in buckets {
-                let rows = match read_bucket(&bucket) {
-                    Ok(rows) => rows,
-                    Err(e) => {
-                        let _ = tx.send(ShardChunk {
-                            shard,
-                            bytes: Err(e),
-                            rows: 0,
-                            ends_shard: false,
-                        });
-                        return;
-                    }
+            let fail = |shard: usize, e: WriteError| {
+                let _ = tx.send(ShardChunk {
+                    shard,
+                    bytes: Err(e),
+                    rows: 0,
+                    ends_shard: false,
+                });
+            };
+            for path in buckets {
+                let bucket = match Bucket::read(&path, std::mem::take(&mut buffer)) {
+                    Ok(bucket) => bucket,
+                    Err(e) => return fail(shard, e),
                 };
-                fs::remove_file(&bucket).ok();
-                for row in rows {
-                    pending.push(row);
+                let _ = read_tx.send(path);
+                for row in bucket.rows() {
+                    if let Err(message) = builder.push(&row, &sources) {
+                        return fail(shard, arrow_err(shard, message));
+                    }
                     in_shard += 1;
                     seen += 1;
                     let ends_shard = in_shard == rows_per_shard || seen == total_rows;
-                    if pending.len() < SHARD_BATCH_ROWS && !ends_shard {
+                    if builder.rows() < SHARD_BATCH_ROWS && !ends_shard {
                         continue;
                     }
+                    let rows = builder.rows() as u64;
                     let bytes = (|| {
-                        let batch = record_batch(&pending, &sources)?;
+                        let batch = builder.finish()?;
                         let enc = match encoder.as_mut() {
                             Some(enc) => enc,
                             None => encoder.insert(ShardEncoder::new()?),
@@ -300,10 +313,9 @@ fn write_shards(
                     let chunk = ShardChunk {
                         shard,
                         bytes,
-                        rows: pending.len() as u64,
+                        rows,
                         ends_shard,
                     };
-                    pending.clear();
                     if tx.send(chunk).is_err() {
                         return;
                     }
@@ -312,6 +324,7 @@ fn write_shards(
                         in_shard = 0;
                     }
                 }
+                buffer = bucket.into_buffer();
             }
         });
         let mut shards = Vec::with_capacity(count);

@@ -11,9 +11,9 @@ mod spill;
 
 pub use dataset::{dataset_info_json, pretty, shard_name, state_json};
 pub use shard::{
-    record_batch, schema, ShardEncoder, ShardSummary, ShardWriter, BATCH_ROWS as SHARD_BATCH_ROWS,
+    schema, BatchBuilder, ShardEncoder, ShardSummary, ShardWriter, BATCH_ROWS as SHARD_BATCH_ROWS,
 };
-pub use spill::{read_bucket, shuffle_key, Spill};
+pub use spill::{shuffle_key, Bucket, Spill, SpilledRow};
 
 /// One tokenized output row.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -1,7 +1,8 @@
 //! Arrow IPC *stream* shards (the format `datasets` memory-maps), uncompressed, every field
 //! nullable, hashed as written, and renamed into place only when complete.
 
-use super::{TokenRow, WriteError};
+use super::spill::SpilledRow;
+use super::WriteError;
 use arrow_array::builder::StringBuilder;
 use arrow_array::{ArrayRef, Int32Array, Int64Array, Int8Array, ListArray, RecordBatch};
 use arrow_buffer::{OffsetBuffer, ScalarBuffer};
@@ -87,51 +88,78 @@ impl ChunkHasher {
 /// batches start at its first row.
 pub const BATCH_ROWS: usize = 1000;
 
-/// The record batch of `rows` (built apart from the writer, so that building the next batch
-/// overlaps writing this one). `sources` names the rows' source indices.
-pub fn record_batch(rows: &[TokenRow], sources: &[String]) -> Result<RecordBatch, String> {
-    let tokens: usize = rows.iter().map(|r| r.ids.len()).sum();
-    // Built from plain buffers (no null buffers, like builders without nulls write them).
-    let mut offsets = Vec::with_capacity(rows.len() + 1);
-    let mut ids: Vec<i32> = Vec::with_capacity(tokens);
-    let mut mask: Vec<i8> = Vec::with_capacity(tokens);
-    let mut sample_ids = StringBuilder::new();
-    let mut source_names = StringBuilder::new();
-    let mut seq_len = Vec::with_capacity(rows.len());
-    offsets.push(0i32);
-    for row in rows {
+/// Builds record batches row by row, copying each row out of its spill bucket as it comes
+/// (a batch may span buckets). Built apart from the writer, so that building the next batch
+/// overlaps writing this one.
+#[derive(Default)]
+pub struct BatchBuilder {
+    offsets: Vec<i32>,
+    ids: Vec<i32>,
+    mask: Vec<i8>,
+    seq_len: Vec<i64>,
+    sample_ids: StringBuilder,
+    source_names: StringBuilder,
+}
+
+impl BatchBuilder {
+    pub fn rows(&self) -> usize {
+        self.seq_len.len()
+    }
+
+    /// Appends a row; `sources` names the rows' source indices.
+    pub fn push(&mut self, row: &SpilledRow<'_>, sources: &[String]) -> Result<(), String> {
+        if self.offsets.is_empty() {
+            self.offsets.push(0);
+        }
         // Token ids fit in i32: vocabularies are far below 2^31.
-        ids.extend(row.ids.iter().map(|&i| i as i32));
-        mask.extend(row.mask.iter().map(|&m| m as i8));
-        let end = i32::try_from(ids.len())
+        self.ids.extend(row.ids().map(|i| i as i32));
+        self.mask.extend(row.mask.iter().map(|&m| m as i8));
+        let end = i32::try_from(self.ids.len())
             .map_err(|_| "a record batch exceeds 2^31 tokens".to_owned())?;
-        offsets.push(end);
-        seq_len.push(row.ids.len() as i64);
-        sample_ids.append_value(&row.sample_id);
-        source_names.append_value(
+        self.offsets.push(end);
+        self.seq_len.push(row.len() as i64);
+        self.sample_ids.append_value(row.sample_id);
+        self.source_names.append_value(
             sources
                 .get(row.source as usize)
                 .map(String::as_str)
                 .unwrap_or_default(),
         );
+        Ok(())
     }
-    let offsets = OffsetBuffer::new(ScalarBuffer::from(offsets));
-    let list = |item: DataType, values: ArrayRef| {
-        ListArray::new(
-            Arc::new(Field::new("item", item, true)),
-            offsets.clone(),
-            values,
-            None,
-        )
-    };
-    let columns: Vec<ArrayRef> = vec![
-        Arc::new(list(DataType::Int32, Arc::new(Int32Array::from(ids)))),
-        Arc::new(list(DataType::Int8, Arc::new(Int8Array::from(mask)))),
-        Arc::new(Int64Array::from(seq_len)),
-        Arc::new(sample_ids.finish()),
-        Arc::new(source_names.finish()),
-    ];
-    RecordBatch::try_new(schema(), columns).map_err(|e| e.to_string())
+
+    /// The record batch of the rows pushed since the last one (built from plain buffers, with
+    /// no null buffers, as builders without nulls write them).
+    pub fn finish(&mut self) -> Result<RecordBatch, String> {
+        let mut offsets = std::mem::take(&mut self.offsets);
+        if offsets.is_empty() {
+            offsets.push(0);
+        }
+        let offsets = OffsetBuffer::new(ScalarBuffer::from(offsets));
+        let list = |item: DataType, values: ArrayRef| {
+            ListArray::new(
+                Arc::new(Field::new("item", item, true)),
+                offsets.clone(),
+                values,
+                None,
+            )
+        };
+        // The next batch is about as large: reserving as much spares it the regrowing.
+        let tokens = self.ids.len();
+        let ids = Int32Array::from(std::mem::replace(&mut self.ids, Vec::with_capacity(tokens)));
+        let mask = Int8Array::from(std::mem::replace(
+            &mut self.mask,
+            Vec::with_capacity(tokens),
+        ));
+        let columns: Vec<ArrayRef> = vec![
+            Arc::new(list(DataType::Int32, Arc::new(ids))),
+            Arc::new(list(DataType::Int8, Arc::new(mask))),
+            Arc::new(Int64Array::from(std::mem::take(&mut self.seq_len))),
+            Arc::new(self.sample_ids.finish()),
+            Arc::new(self.source_names.finish()),
+        ];
+        RecordBatch::try_new(schema(), columns).map_err(|e| e.to_string())
+    }
 }
 
 /// Turns one shard's record batches into its bytes, exactly as arrow's `StreamWriter` writes
