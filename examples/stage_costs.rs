@@ -5,12 +5,14 @@
 //! cargo run --release --example stage_costs -- PIPELINE.yaml [ROWS] [BATCH]
 //! ```
 //! Rows the adapter or validator rejects are skipped. As in a build's pool jobs, each stage
-//! runs over a batch of rows (default 64) before the next, so each sees the caches the
+//! runs over a batch of rows (by default closed as a build's jobs are: at 512 KiB of input or
+//! 1024 rows) before the next, so each sees the caches the
 //! previous one left; with `BATCH` = 1 they run back to back per row (the mask check then runs
 //! right after the encoder, which has evicted the token table).
 
 use anyhow::{Context, Result};
 use chatshards::adapt::{to_sharegpt_record, Repairs};
+use chatshards::pipeline;
 use chatshards::plan::{self, HubAccess};
 use chatshards::read::Record;
 use chatshards::render::plan_rows;
@@ -44,13 +46,13 @@ fn main() -> Result<()> {
         .transpose()?
         .unwrap_or(20_000);
     // Rows per batch, each stage over the whole batch before the next, as a build's pool jobs
-    // run them; 1 runs the stages back to back per row.
-    let batch: usize = args
-        .next()
-        .map(|s| s.parse())
-        .transpose()?
-        .unwrap_or(64)
-        .max(1);
+    // run them; 1 runs the stages back to back per row. By default, batches close as a build's
+    // jobs do: at `JOB_BYTES` of input or `JOB_MAX_ROWS` rows.
+    let batch: Option<usize> = args.next().map(|s| s.parse()).transpose()?;
+    let (max_rows, max_bytes) = match batch {
+        Some(rows) => (rows.max(1), usize::MAX),
+        None => (pipeline::JOB_MAX_ROWS, pipeline::JOB_BYTES),
+    };
     let plan = plan::compile(pipeline.as_ref(), HubAccess::Locked)?;
     let (processor, report) = chatshards::commands::build::processor(&plan)?;
     let source = plan.sources.first().context("the pipeline has no source")?;
@@ -65,12 +67,20 @@ fn main() -> Result<()> {
     let (mut rows, mut tokens) = (0usize, 0usize);
     let tk = &processor.tokenizer;
     let mut timed = |stage: usize, start: Instant| spent[stage] += start.elapsed();
-    let mut lines = lines.into_iter();
-    for b in 0.. {
-        let chunk: Vec<Vec<u8>> = lines.by_ref().take(batch).collect();
-        if chunk.is_empty() {
-            break;
+    let mut lines = lines.into_iter().peekable();
+    let mut first = 0;
+    let mut batches = 0u32;
+    while lines.peek().is_some() {
+        let mut chunk: Vec<Vec<u8>> = Vec::new();
+        let mut bytes = 0;
+        while chunk.len() < max_rows && bytes < max_bytes {
+            let Some(line) = lines.next() else { break };
+            bytes += line.len();
+            chunk.push(line);
         }
+        let b = first;
+        first += chunk.len();
+        batches += 1;
         let t = Instant::now();
         let adapted: Vec<_> = chunk
             .into_iter()
@@ -94,7 +104,7 @@ fn main() -> Result<()> {
                     .validate(conversation, &mut repairs)
                     .ok()?;
                 let spec = plan_rows(&conversation, processor.policy).pop()?;
-                Some((b * batch + i, conversation, spec))
+                Some((b + i, conversation, spec))
             })
             .collect();
         timed(1, t);
@@ -141,7 +151,10 @@ fn main() -> Result<()> {
         rows += conversations.len();
         tokens += ids.iter().map(Vec::len).sum::<usize>();
     }
-    println!("{rows} rows, {tokens} tokens, encoder: {report}, one thread, batches of {batch}");
+    println!(
+        "{rows} rows, {tokens} tokens, encoder: {report}, one thread, {batches} batches ({:.0} rows each)",
+        rows as f64 / f64::from(batches.max(1))
+    );
     let per_row = |d: Duration| d.as_secs_f64() / rows.max(1) as f64 * 1e6;
     let encode = spent[3].as_secs_f64();
     for (name, d) in STAGES.iter().zip(spent) {

@@ -20,11 +20,15 @@ use std::collections::BTreeMap;
 use std::io::Write;
 use std::sync::mpsc::{channel, sync_channel};
 
-/// Rows in one job of the thread pool. A job runs its rows one after another: small jobs keep
-/// every worker busy (rayon cannot steal inside a running job, and a worker blocked in a nested
-/// join holds back the in-order commit of everything under it), while the per-job costs
-/// (a channel message, a commit) stay far below the rows' own work.
-const BATCH_ROWS: usize = 64;
+/// Size of one job of the thread pool: it closes at this many bytes of input (or rows, or the
+/// source's `take`), whichever comes first. A job runs its rows one after another, each stage
+/// over all of them before the next: the longer the encoder runs uninterrupted, the less of its
+/// time goes to refilling the caches the other stages took (jobs of 64 rows cost ~2% more
+/// encoder time than long runs). Sized in bytes, so that a job of long agentic rows takes about
+/// as long as one of short chats: small enough that every worker stays busy (rayon cannot
+/// steal inside a running job) and a source's last jobs end together.
+pub const JOB_BYTES: usize = 512 << 10;
+pub const JOB_MAX_ROWS: usize = 1024;
 
 /// The per-row stages after reading, shared by `build` and `render`.
 pub struct RowProcessor {
@@ -547,11 +551,11 @@ impl Stage<'_> {
 }
 
 /// Batches between the reader and the commit at once, per pool thread (at least
-/// [`MIN_IN_FLIGHT`]). Many are in flight so that no worker waits for a slow batch to be
-/// committed before it can take up the next; a fixed number so that memory does not grow with
-/// the input.
+/// [`MIN_IN_FLIGHT`]). Several are in flight so that no worker waits for a slow batch to be
+/// committed before it can take up the next; a fixed number (of at most [`JOB_BYTES`] of input
+/// each) so that memory does not grow with the input.
 const IN_FLIGHT_PER_THREAD: usize = 8;
-const MIN_IN_FLIGHT: usize = 64;
+const MIN_IN_FLIGHT: usize = 16;
 
 /// What the coordinator of a source hears about, from the reader and from the pool's jobs.
 enum Event {
@@ -604,18 +608,21 @@ fn run_source(
         let reader_tx = events_tx.clone();
         let reader = threads.spawn(move || {
             let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                let mut batch = Vec::with_capacity(BATCH_ROWS);
+                let max_rows = limit.map_or(JOB_MAX_ROWS, |take| {
+                    usize::try_from(take).map_or(JOB_MAX_ROWS, |t| t.min(JOB_MAX_ROWS))
+                });
+                let mut batch = Vec::new();
+                let mut bytes = 0;
                 let send = |batch: Vec<RawRow>| {
                     credits.recv().is_ok() && reader_tx.send(Event::Batch(batch)).is_ok()
                 };
                 let mut open = true;
                 let result = read_files(&files, &mut |row| {
+                    bytes += row.record.weight();
                     batch.push(row);
-                    if batch.len() == BATCH_ROWS {
-                        open = send(std::mem::replace(
-                            &mut batch,
-                            Vec::with_capacity(BATCH_ROWS),
-                        ));
+                    if batch.len() >= max_rows || bytes >= JOB_BYTES {
+                        bytes = 0;
+                        open = send(std::mem::take(&mut batch));
                     }
                     open
                 });
@@ -686,18 +693,20 @@ fn run_source(
                         while let Some(rows) = worked.remove(&next_commit) {
                             first_seen.remove(&next_commit);
                             next_commit += 1;
-                            let done = commit.batch(rows, sinks)?;
+                            let unused = commit.batch(rows, sinks)?;
                             progress.rows_done(
                                 commit.stats.read,
                                 commit.stats.kept,
                                 commit.stats.tokens,
                             );
-                            if done {
-                                // The `take` is met: later batches were never needed. Forget
-                                // their first occurrences so that later sources are
-                                // deduplicated exactly as if they had not been read.
+                            if let Some(unused) = unused {
+                                // The `take` is met: the rest of this batch and the later
+                                // batches were never needed. Forget their first occurrences so
+                                // that later sources are deduplicated exactly as if they had
+                                // not been read.
                                 if let Some(d) = deduper.as_deref_mut() {
-                                    first_seen.values().flatten().for_each(|fp| d.forget(fp));
+                                    let later = first_seen.values().flatten();
+                                    unused.iter().chain(later).for_each(|fp| d.forget(fp));
                                 }
                                 return Ok(());
                             }
@@ -757,12 +766,27 @@ struct Commit<'a, 's> {
 }
 
 impl Commit<'_, '_> {
-    /// Commits one processed batch; returns true once the source's `take` is satisfied.
-    fn batch(&mut self, rows: Vec<Processed>, sinks: &mut Sinks) -> Result<bool, RunError> {
+    /// Commits one processed batch. Once the source's `take` is satisfied, returns the
+    /// fingerprints first seen in the rows of the batch after it (counted, never used).
+    fn batch(
+        &mut self,
+        rows: Vec<Processed>,
+        sinks: &mut Sinks,
+    ) -> Result<Option<Vec<Fingerprint>>, RunError> {
         let mut done = false;
+        let mut unused = Vec::new();
         for processed in rows {
             self.stats.read += 1;
             if done {
+                // Processed (not a duplicate) with a fingerprint: its first sighting.
+                if let Ok(Ready {
+                    fingerprint: Some(fp),
+                    work: Some(_),
+                    ..
+                }) = &processed.result
+                {
+                    unused.push(*fp);
+                }
                 *self
                     .stats
                     .filtered
@@ -811,7 +835,7 @@ impl Commit<'_, '_> {
                 Outcome::Filtered(reason) => *self.stats.filtered.entry(reason).or_default() += 1,
             }
         }
-        Ok(done)
+        Ok(done.then_some(unused))
     }
 
     fn keep(

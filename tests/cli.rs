@@ -489,9 +489,10 @@ fn a_file_that_breaks_off_mid_build_stops_it_naming_the_file_and_record() {
 
 #[test]
 fn take_stops_a_source_without_counting_or_remembering_rows_read_ahead() {
-    // Rows are processed up to 64 batches (of 64) ahead of the in-order commit. When `take` is
-    // met, the batches read ahead must leave no trace: not counted, and not seen by cross-source
-    // dedup; and the reader, stalled for lack of room, must stop.
+    // Rows are processed up to 16 batches ahead of the in-order commit; with a `take`, a batch
+    // holds at most `take` rows. When `take` is met, the rows read ahead must leave no trace:
+    // not counted, and not seen by cross-source dedup; and the reader, stalled for lack of
+    // room, must stop.
     let tmp = tempfile::tempdir().expect("tempdir");
     let chat = |i: usize| {
         serde_json::json!({"messages": [
@@ -499,8 +500,11 @@ fn take_stops_a_source_without_counting_or_remembering_rows_read_ahead() {
             {"role": "assistant", "content": format!("answer {i}")}]})
         .to_string()
     };
-    let first: Vec<String> = (0..6000).map(chat).collect();
-    let second = [chat(3), chat(700), chat(1400), chat(5000), chat(7000)];
+    // Row 2 has no assistant turn (rejected), so the take of 10 is met in the second batch.
+    let mut first: Vec<String> = (0..6000).map(chat).collect();
+    first[2] =
+        serde_json::json!({"messages": [{"role": "user", "content": "question 2"}]}).to_string();
+    let second = [chat(3), chat(15), chat(100), chat(5000), chat(7000)];
     let (a, b) = (tmp.path().join("a.jsonl"), tmp.path().join("b.jsonl"));
     std::fs::write(&a, first.join("\n")).expect("write a");
     std::fs::write(&b, second.join("\n")).expect("write b");
@@ -522,12 +526,14 @@ fn take_stops_a_source_without_counting_or_remembering_rows_read_ahead() {
         );
         let m = manifest(&tmp.path().join("out"));
         let s = &m["sources"];
-        // Source a: its first batch is read; rows 10..64 are past the take.
-        assert_eq!(s["a"]["read"], 64);
+        // Source a: two batches of 10 are committed; rows 0, 1 and 3..=10 are kept, and rows
+        // 11..20 are past the take.
+        assert_eq!(s["a"]["read"], 20);
         assert_eq!(s["a"]["kept"], 10);
-        assert_eq!(s["a"]["filtered"]["take_limit"], 54);
-        // Source b: row 3 was kept from a; rows 700, 1400 and 5000 never were, whatever was
-        // read ahead, so they are new here.
+        assert_eq!(s["a"]["rejected"]["no_assistant_turn"], 1);
+        assert_eq!(s["a"]["filtered"]["take_limit"], 9);
+        // Source b: row 3 was kept from a; rows 15, 100 and 5000 never were, whatever was read
+        // ahead, so they are new here.
         assert_eq!(s["b"]["deduplicated"], 1);
         assert_eq!(s["b"]["kept"], 4);
     }

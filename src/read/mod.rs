@@ -40,6 +40,28 @@ impl RawRow {
 }
 
 impl Record {
+    /// About how much work the record is, in bytes of JSON: its line's length, or for a parsed
+    /// record the length of its strings plus a few bytes per other value.
+    pub fn weight(&self) -> usize {
+        fn value(v: &Value) -> usize {
+            match v {
+                Value::String(s) => s.len() + 2,
+                Value::Array(items) => 2 + items.iter().map(value).sum::<usize>(),
+                Value::Object(fields) => {
+                    2 + fields
+                        .iter()
+                        .map(|(k, v)| k.len() + 3 + value(v))
+                        .sum::<usize>()
+                }
+                _ => 4,
+            }
+        }
+        match self {
+            Record::Parsed(v) => value(v),
+            Record::Line(line) => line.len(),
+        }
+    }
+
     /// The record as JSON, or why its line is not valid JSON.
     pub fn into_value(self) -> Result<Value, String> {
         match self {
@@ -106,5 +128,24 @@ fn file_type(path: &Path) -> Result<FileType, ReadError> {
         Ok(FileType::Parquet)
     } else {
         Err(ReadError::UnknownType(path.to_owned()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_record_weighs_about_its_json_length() {
+        let line = br#"{"messages": [{"role": "user", "content": "hi"}]}"#.to_vec();
+        assert_eq!(Record::Line(line.clone()).weight(), line.len());
+        // A parsed record: close to its compact JSON (commas and numbers are estimated).
+        let value: Value = serde_json::from_slice(&line).expect("json");
+        let long = serde_json::json!({"content": "x".repeat(100_000), "n": [1, 2.5, null]});
+        for value in [value, long] {
+            let json = serde_json::to_string(&value).expect("json").len();
+            let weight = Record::Parsed(value).weight();
+            assert!(weight.abs_diff(json) <= 4, "{weight} for {json} bytes");
+        }
     }
 }

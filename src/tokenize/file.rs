@@ -6,13 +6,19 @@ use serde::de::{Deserializer, MapAccess, SeqAccess, Visitor};
 use serde::Deserialize;
 use std::fmt;
 
+/// `M` is how the merges are read: [`MergeJson`]s, or skipped (see [`VocabFile`]).
 #[derive(Deserialize)]
-pub(crate) struct TokenizerFile {
+#[serde(bound(deserialize = "M: Deserialize<'de> + Default"))]
+pub(crate) struct TokenizerFile<M = Vec<MergeJson>> {
     #[serde(default)]
     pub added_tokens: Vec<AddedTokenJson>,
     pub pre_tokenizer: Option<serde_json::Value>,
-    pub model: ModelJson,
+    pub model: ModelJson<M>,
 }
+
+/// The file without its merges (500K pairs for Qwen, most of the parse), which only the fast
+/// encoder needs: enough for the token byte table.
+pub(crate) type VocabFile = TokenizerFile<serde::de::IgnoredAny>;
 
 #[derive(Deserialize)]
 pub(crate) struct AddedTokenJson {
@@ -21,20 +27,23 @@ pub(crate) struct AddedTokenJson {
 }
 
 #[derive(Deserialize)]
-pub(crate) struct ModelJson {
+#[serde(bound(deserialize = "M: Deserialize<'de> + Default"))]
+pub(crate) struct ModelJson<M> {
     #[serde(default)]
     pub vocab: Vocab,
     #[serde(default)]
-    pub merges: Vec<MergeJson>,
+    pub merges: M,
     #[serde(default)]
     pub ignore_merges: bool,
 }
 
-impl TokenizerFile {
+impl<M: serde::de::DeserializeOwned + Default> TokenizerFile<M> {
     pub fn parse(json: &[u8]) -> Result<Self, String> {
         serde_json::from_slice(json).map_err(|e| format!("tokenizer.json: {e}"))
     }
+}
 
+impl TokenizerFile {
     /// The merges as `tokenizers` reads them: `#version` lines skipped, joined merges split on
     /// one space.
     pub fn merge_pairs(&self) -> Result<Vec<(&str, &str)>, String> {

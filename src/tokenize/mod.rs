@@ -116,11 +116,14 @@ impl Tokenizer {
         // built on this thread meanwhile.
         let (hf, own) = std::thread::scope(|scope| {
             let hf = scope.spawn(|| hf_load::load(json));
-            let own = file::TokenizerFile::parse(json).map(|file| {
-                let bytes = TokenBytes::from_file(&file);
-                let fast = (backend != Backend::Hf).then(|| fast::FastParts::new(&file, false));
-                (bytes, fast)
-            });
+            let own = if backend == Backend::Hf {
+                file::VocabFile::parse(json).map(|file| (TokenBytes::from_file(&file), None))
+            } else {
+                file::TokenizerFile::parse(json).map(|file| {
+                    let fast = fast::FastParts::new(&file, false);
+                    (TokenBytes::from_file(&file), Some(fast))
+                })
+            };
             match hf.join() {
                 Ok(hf) => (hf, own),
                 Err(panic) => std::panic::resume_unwind(panic),

@@ -58,7 +58,7 @@ impl TokenBytes {
 
     /// The same table from the file read directly; call [`check_byte_level`] on the
     /// `tokenizers` view too.
-    pub(crate) fn from_file(file: &super::file::TokenizerFile) -> Self {
+    pub(crate) fn from_file<M>(file: &super::file::TokenizerFile<M>) -> Self {
         let vocab = file.model.vocab.0.iter().map(|(t, id)| (*id, t.clone()));
         let added = file.added_tokens.iter().map(|t| (t.id, t.content.clone()));
         Self::from_entries(vocab, added)
