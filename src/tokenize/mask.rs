@@ -14,6 +14,10 @@ pub struct ChatMarkers {
     pub header_ids: Vec<u32>,
     pub end_id: u32,
     pub newline_id: u32,
+    /// Searchers for the two texts, built once (building one costs about what a row's search
+    /// does).
+    header_finder: memchr::memmem::Finder<'static>,
+    end_finder: memchr::memmem::Finder<'static>,
 }
 
 impl ChatMarkers {
@@ -38,6 +42,8 @@ impl ChatMarkers {
             header_ids,
             end_id,
             newline_id,
+            header_finder: memchr::memmem::Finder::new(header_text),
+            end_finder: memchr::memmem::Finder::new(end_text),
         })
     }
 }
@@ -62,9 +68,13 @@ pub fn compute(
     let mut mask = vec![0u8; ids.len()];
     let mut blocks = Vec::new();
     let header = markers.header_ids.as_slice();
+    let Some(&first) = header.first() else {
+        return (mask, blocks);
+    };
     let mut i = 0;
     while i < ids.len() {
-        if !ids[i..].starts_with(header) {
+        // The first id alone rules out nearly every position, without a slice compare.
+        if ids[i] != first || !ids[i..].starts_with(header) {
             i += 1;
             continue;
         }
@@ -229,8 +239,7 @@ fn first_bad_token(
 
 /// Byte ranges of the supervised assistant turns, found by string search in the text.
 fn text_spans(text: &str, markers: &ChatMarkers, supervise: &Range<usize>) -> Vec<Range<usize>> {
-    let header = memchr::memmem::Finder::new(markers.header_text);
-    let end_marker = memchr::memmem::Finder::new(markers.end_text);
+    let (header, end_marker) = (&markers.header_finder, &markers.end_finder);
     let text = text.as_bytes();
     let mut spans = Vec::new();
     let mut from = 0;
