@@ -70,13 +70,14 @@ impl Spill {
             let file = File::create(&path).map_err(|e| WriteError::Io(path, e))?;
             self.buckets[b] = Some(BufWriter::with_capacity(64 << 10, file));
         }
-        let path = self.path(b);
-        let w = self.buckets[b]
-            .as_mut()
-            .ok_or_else(|| WriteError::Corrupt(path.clone()))?;
+        // The bucket's path is formatted only for an error, not for every row.
+        let Some(w) = self.buckets[b].as_mut() else {
+            return Err(WriteError::Corrupt(self.path(b)));
+        };
         encode(row, &mut self.scratch);
-        w.write_all(&self.scratch)
-            .map_err(|e| WriteError::Io(path, e))?;
+        if let Err(e) = w.write_all(&self.scratch) {
+            return Err(WriteError::Io(self.path(b), e));
+        }
         self.rows += 1;
         Ok(())
     }
