@@ -31,6 +31,10 @@ pub enum Command {
         /// fail if the lockfile is missing or stale.
         #[arg(long)]
         locked: bool,
+        /// Print where the build's CPU time went, by stage over all threads (even with
+        /// `--quiet`).
+        #[arg(long)]
+        timings: bool,
     },
     /// Render and tokenize conversations read as JSON lines on stdin
     /// (`{"messages": [...], "tools": [...]}`); one JSON line out per line in.

@@ -37,11 +37,13 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
             pipeline,
             threads,
             locked,
+            timings,
         } => commands::build::run(
             &commands::build::BuildArgs {
                 pipeline,
                 threads,
                 locked,
+                timings,
             },
             &printer,
         ),

@@ -11,6 +11,7 @@ use crate::plan::Plan;
 use crate::read::{read_files, RawRow, ReadError};
 use crate::reject::{FilterReason, Reject, RejectReason, Skip};
 use crate::render::{plan_rows, Renderer};
+use crate::report::timings::{PoolStage, Timings};
 use crate::report::SourceStats;
 use crate::tokenize::{mask, Tokenizer};
 use crate::validate::Validator;
@@ -264,61 +265,87 @@ impl RowProcessor {
     /// The full per-conversation path of a build after validation, for a batch: spot-check the
     /// renderer when asked, render, encode, mask (spot-checking the encoder when asked), apply
     /// the length rules. Each stage runs over the whole batch before the next, so that its code
-    /// and tables stay in cache (the encoder evicts the token table the mask check reads).
+    /// and tables stay in cache (the encoder evicts the token table the mask check reads), and
+    /// is timed as a whole.
     pub fn process_batch(
         &self,
         batch: &[(&Conversation, SpotChecks)],
+        timings: &Timings,
     ) -> Vec<Outcome<Vec<Tokenized>>> {
-        let rendered: Vec<_> = batch
-            .iter()
-            .map(|&(conversation, checks)| self.start(conversation, checks))
-            .collect();
-        let encoded: Vec<_> = rendered
-            .into_iter()
-            .map(|r| r.map(|r| self.encode_rows(r)))
-            .collect();
-        encoded
-            .into_iter()
-            .zip(batch)
-            .map(|(e, &(_, checks))| match e {
-                Ok(encoded) => self.finish(encoded, checks),
-                Err(outcome) => outcome,
-            })
-            .collect()
-    }
-
-    fn start(
-        &self,
-        conversation: &Conversation,
-        checks: SpotChecks,
-    ) -> Result<Rendered, Outcome<Vec<Tokenized>>> {
-        if checks.renderer {
-            self.check_renderer(conversation)
-                .map_err(Outcome::RendererMismatch)?;
-        }
-        Ok(self.render_rows(conversation))
-    }
-
-    fn finish(&self, encoded: Encoded, checks: SpotChecks) -> Outcome<Vec<Tokenized>> {
-        let rows = match self.mask_rows(encoded) {
-            Ok(rows) => rows,
-            Err(reject) => return Outcome::Rejected(reject),
-        };
-        if checks.encoder {
-            for row in &rows {
-                match self.tokenizer.reference_encode(&row.text) {
-                    Ok(ids) if ids == row.ids => {}
-                    Ok(ids) => {
-                        let at = ids.iter().zip(&row.ids).take_while(|(a, b)| a == b).count();
-                        return Outcome::EncoderMismatch(format!(
-                            "the encoder's ids differ from the `tokenizers` crate's at token {at} of row segment {}",
-                            row.segment
-                        ));
+        type Step<T> = Result<T, Outcome<Vec<Tokenized>>>;
+        let checked: Vec<Step<()>> = timings.time(PoolStage::SpotChecks, || {
+            batch
+                .iter()
+                .map(|&(conversation, checks)| match checks.renderer {
+                    true => self
+                        .check_renderer(conversation)
+                        .map_err(Outcome::RendererMismatch),
+                    false => Ok(()),
+                })
+                .collect()
+        });
+        let rendered: Vec<Step<Rendered>> = timings.time(PoolStage::Render, || {
+            batch
+                .iter()
+                .zip(checked)
+                .map(|(&(conversation, _), checked)| {
+                    checked.map(|()| self.render_rows(conversation))
+                })
+                .collect()
+        });
+        let encoded: Vec<Step<Encoded>> = timings.time(PoolStage::Encode, || {
+            rendered
+                .into_iter()
+                .map(|r| r.map(|r| self.encode_rows(r)))
+                .collect()
+        });
+        let masked: Vec<Step<Vec<Tokenized>>> = timings.time(PoolStage::Mask, || {
+            encoded
+                .into_iter()
+                .map(|e| e.and_then(|e| self.mask_rows(e).map_err(Outcome::Rejected)))
+                .collect()
+        });
+        let verified: Vec<Step<Vec<Tokenized>>> = timings.time(PoolStage::SpotChecks, || {
+            masked
+                .into_iter()
+                .zip(batch)
+                .map(|(rows, &(_, checks))| {
+                    let rows = rows?;
+                    match checks.encoder {
+                        true => self.check_encoder(&rows).map(|()| rows),
+                        false => Ok(rows),
                     }
-                    Err(e) => return Outcome::EncoderMismatch(e),
+                })
+                .collect()
+        });
+        timings.time(PoolStage::Mask, || {
+            verified
+                .into_iter()
+                .map(|rows| rows.map_or_else(|outcome| outcome, |rows| self.length_rules(rows)))
+                .collect()
+        })
+    }
+
+    /// Re-encodes the rows with the `tokenizers` crate and compares the ids.
+    fn check_encoder(&self, rows: &[Tokenized]) -> Result<(), Outcome<Vec<Tokenized>>> {
+        for row in rows {
+            match self.tokenizer.reference_encode(&row.text) {
+                Ok(ids) if ids == row.ids => {}
+                Ok(ids) => {
+                    let at = ids.iter().zip(&row.ids).take_while(|(a, b)| a == b).count();
+                    return Err(Outcome::EncoderMismatch(format!(
+                        "the encoder's ids differ from the `tokenizers` crate's at token {at} of row segment {}",
+                        row.segment
+                    )));
                 }
+                Err(e) => return Err(Outcome::EncoderMismatch(e)),
             }
         }
+        Ok(())
+    }
+
+    /// The length rules over a conversation's rows: kept if any row is.
+    fn length_rules(&self, rows: Vec<Tokenized>) -> Outcome<Vec<Tokenized>> {
         let mut kept = Vec::with_capacity(rows.len());
         let mut first_filter = None;
         for row in rows {
@@ -391,6 +418,7 @@ pub fn run(
     sinks: &mut Sinks,
     progress: &dyn Progress,
     pool: &rayon::ThreadPool,
+    timings: &Timings,
 ) -> Result<Vec<SourceStats>, RunError> {
     let mut deduper = plan.dedup.then(Deduper::default);
     let mut sequence = 0u64;
@@ -401,6 +429,7 @@ pub fn run(
                 plan,
                 processor,
                 index: index as u16,
+                timings,
             },
             deduper.as_mut(),
             &mut sequence,
@@ -420,6 +449,7 @@ struct Stage<'a> {
     plan: &'a Plan,
     processor: &'a RowProcessor,
     index: u16,
+    timings: &'a Timings,
 }
 
 /// One input row after the parallel stages: everything the in-order commit needs.
@@ -467,14 +497,16 @@ impl Stage<'_> {
 
     /// Parses (JSON lines), adapts and validates a batch.
     fn prepare_batch(&self, batch: Vec<RawRow>, dedup: bool) -> Vec<Processed> {
-        batch
-            .into_iter()
-            .map(|raw| Processed {
-                file: raw.file,
-                row: raw.row,
-                result: self.prepare(raw, dedup),
-            })
-            .collect()
+        self.timings.time(PoolStage::Prepare, || {
+            batch
+                .into_iter()
+                .map(|raw| Processed {
+                    file: raw.file,
+                    row: raw.row,
+                    result: self.prepare(raw, dedup),
+                })
+                .collect()
+        })
     }
 
     /// Renders, tokenizes and serializes the rows of a batch that are still wanted.
@@ -493,11 +525,13 @@ impl Stage<'_> {
             .iter()
             .map(|(_, _, c, checks)| (c, *checks))
             .collect();
-        let outcomes = self.processor.process_batch(&batch);
-        for ((ready, id, conversation, checked), outcome) in wanted.into_iter().zip(outcomes) {
-            let outcome = outcome.map_kept(|rows| self.serialize(&id, &conversation, rows));
-            ready.work = Some(Worked { outcome, checked });
-        }
+        let outcomes = self.processor.process_batch(&batch, self.timings);
+        self.timings.time(PoolStage::Serialize, || {
+            for ((ready, id, conversation, checked), outcome) in wanted.into_iter().zip(outcomes) {
+                let outcome = outcome.map_kept(|rows| self.serialize(&id, &conversation, rows));
+                ready.work = Some(Worked { outcome, checked });
+            }
+        });
     }
 
     /// Parses (a JSON line), adapts and validates one record.

@@ -17,6 +17,11 @@ impl Printer {
         }
     }
 
+    /// Output the user asked for by name (stderr), printed even with `--quiet`.
+    pub fn requested(&self, message: &str) {
+        eprintln!("{message}");
+    }
+
     pub fn error(&self, message: &str) {
         eprintln!("{message}");
     }

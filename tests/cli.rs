@@ -538,3 +538,74 @@ fn take_stops_a_source_without_counting_or_remembering_rows_read_ahead() {
         assert_eq!(s["b"]["kept"], 4);
     }
 }
+
+#[test]
+fn timings_are_printed_even_when_quiet_add_up_and_change_no_byte_of_output() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let mut shards = Vec::new();
+    for timings in [false, true] {
+        let dir = tmp.path().join(format!("timings-{timings}"));
+        std::fs::create_dir_all(&dir).expect("mkdir");
+        // The `tokenizers` backend: enough encoding for a figure above the rounding.
+        let body = format!("{}output:\n  dir: out\n", demo_sources());
+        let p = pipeline_with_backend(&dir, "hf", &body);
+        let mut cmd = bin();
+        cmd.args(["--quiet", "build", "--threads", "2"]);
+        if timings {
+            cmd.arg("--timings");
+        }
+        let out = cmd.arg(&p).output().expect("run chatshards");
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(out.status.success(), "{stderr}");
+        shards.push(manifest(&dir.join("out"))["shards"].clone());
+        if !timings {
+            assert_eq!(stderr, "", "--quiet prints nothing");
+            continue;
+        }
+        let lines: Vec<&str> = stderr.lines().collect();
+        assert!(
+            lines[0].starts_with("CPU time by stage, all threads: "),
+            "{stderr}"
+        );
+        let secs = |line: &str| -> f64 {
+            let field = line.rsplit(" s").nth(1).expect("seconds");
+            let number = field.split_whitespace().last().expect("number");
+            number.parse().expect("a number of seconds")
+        };
+        let total: f64 = lines[0]
+            .trim_start_matches("CPU time by stage, all threads: ")
+            .split(" s in ")
+            .next()
+            .and_then(|t| t.parse().ok())
+            .expect("total");
+        let names: Vec<&str> = lines[1..11]
+            .iter()
+            .map(|l| l.trim_start().split("  ").next().expect("name"))
+            .collect();
+        assert_eq!(
+            names,
+            [
+                "start-up: plan, template, tokenizer",
+                "read, order, commit, spill",
+                "parse, adapt, validate",
+                "render",
+                "encode",
+                "mask, mask check, length rules",
+                "spot checks (minijinja, tokenizers)",
+                "serialize: record line, ids, keys",
+                "hash the inputs (SHA-256)",
+                "shards, manifest",
+            ]
+        );
+        let sum: f64 = lines[1..11].iter().map(|l| secs(l)).sum();
+        assert!(
+            (sum - total).abs() < 0.006,
+            "lines add up to {sum}, total {total}"
+        );
+        let encode = secs(lines[5]);
+        assert!(encode > 0.0, "{stderr}");
+        assert!(lines[11].starts_with("  all but encode "), "{stderr}");
+        assert_eq!(lines.len(), 12, "{stderr}");
+    }
+    assert_eq!(shards[0], shards[1]);
+}

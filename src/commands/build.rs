@@ -5,6 +5,7 @@ use crate::plan::{self, sha256_hex, HubAccess, Plan};
 use crate::printer::Printer;
 use crate::progress::BuildProgress;
 use crate::render::Renderer;
+use crate::report::timings::{Phase, Timings};
 use crate::report::{summary_table, SourceStats};
 use crate::tokenize::{Backend, BackendReport, Tokenizer};
 use crate::validate::Validator;
@@ -25,6 +26,8 @@ pub struct BuildArgs {
     pub pipeline: PathBuf,
     pub threads: Option<usize>,
     pub locked: bool,
+    /// Print the CPU time by stage at the end.
+    pub timings: bool,
 }
 
 pub fn run(args: &BuildArgs, printer: &Printer) -> Result<()> {
@@ -38,9 +41,11 @@ pub fn run(args: &BuildArgs, printer: &Printer) -> Result<()> {
     // Hashing the inputs for the manifest (gigabytes for a full build) runs beside the whole
     // build, off its critical path; an error cancels it.
     let cancel = AtomicBool::new(false);
+    // Always measured (a few clock reads per batch); printed with `--timings`.
+    let timings = Timings::default();
     std::thread::scope(|scope| {
-        let hashing = scope.spawn(|| input_files(&plan, &cancel));
-        let built = build(&plan, args, hashing, printer, started);
+        let hashing = scope.spawn(|| input_files(&plan, &cancel, &timings));
+        let built = build(&plan, args, hashing, printer, started, &timings);
         cancel.store(true, Ordering::Relaxed);
         built
     })
@@ -53,6 +58,7 @@ fn build(
     hashing: std::thread::ScopedJoinHandle<Result<Vec<InputFile>>>,
     printer: &Printer,
     started: Instant,
+    timings: &Timings,
 ) -> Result<()> {
     for note in &plan.notes {
         printer.info(&format!("note: {note}"));
@@ -91,12 +97,14 @@ fn build(
         rejects: &mut rejects,
         conversations: &mut conversations,
     };
-    let stats = pipeline::run(plan, &processor, &mut sinks, &progress, &pool)?;
+    timings.end_phase(Phase::StartUp);
+    let stats = pipeline::run(plan, &processor, &mut sinks, &progress, &pool, timings)?;
     progress.finish();
     rejects.flush().context("failed to write rejects.jsonl")?;
     conversations
         .flush()
         .context("failed to write conversations.jsonl")?;
+    timings.end_phase(Phase::Rows);
 
     let named: Vec<(String, SourceStats)> = plan
         .sources
@@ -165,6 +173,7 @@ fn build(
     }
     fs::rename(&staging, out)
         .with_context(|| format!("failed to move the dataset into `{}`", out.display()))?;
+    timings.end_phase(Phase::Shards);
     let secs = started.elapsed().as_secs_f64();
     printer.info(&format!(
         "wrote {} rows, {} tokens ({} supervised) in {} shard(s) to `{}` in {secs:.1}s ({:.0} rows/s, {:.2} M tokens/s)",
@@ -176,6 +185,12 @@ fn build(
         manifest.rows as f64 / secs,
         manifest.tokens as f64 / secs / 1e6
     ));
+    if args.timings {
+        printer.requested(&match timings.report(started.elapsed()) {
+            Some(report) => report.to_string(),
+            None => "--timings: the CPU clocks are read on Linux only".to_owned(),
+        });
+    }
     Ok(())
 }
 
@@ -360,11 +375,11 @@ fn write_shards(
 
 /// Size and SHA-256 of every input file, for the manifest. Stops early (with an error nobody
 /// sees) once `cancel` is set.
-fn input_files(plan: &Plan, cancel: &AtomicBool) -> Result<Vec<InputFile>> {
+fn input_files(plan: &Plan, cancel: &AtomicBool, timings: &Timings) -> Result<Vec<InputFile>> {
     let mut files = Vec::new();
     for source in &plan.sources {
         for (path, shown) in source.files.iter().zip(&source.display_files) {
-            let (bytes, sha256) = hash_file(path, cancel)?;
+            let (bytes, sha256) = hash_file(path, cancel, timings)?;
             files.push(InputFile {
                 source: source.name.clone(),
                 path: shown.clone(),
@@ -447,7 +462,7 @@ fn manifest(
 }
 
 /// Size and SHA-256 of a file, streamed (input files can be gigabytes).
-fn hash_file(path: &Path, cancel: &AtomicBool) -> Result<(u64, String)> {
+fn hash_file(path: &Path, cancel: &AtomicBool, timings: &Timings) -> Result<(u64, String)> {
     use sha2::{Digest, Sha256};
     use std::io::Read;
     let context = || format!("failed to read `{}`", path.display());
@@ -467,6 +482,7 @@ fn hash_file(path: &Path, cancel: &AtomicBool) -> Result<(u64, String)> {
         };
         hasher.update(&buf[..n]);
         bytes += n as u64;
+        timings.hashing_progress();
     }
     Ok((bytes, hex::encode(hasher.finalize())))
 }

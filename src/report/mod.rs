@@ -1,5 +1,7 @@
 //! Accounting: per-source counters that merge, the identity every run must satisfy, and the
-//! summary table printed at the end of a build.
+//! summary table printed at the end of a build; [`timings`], where its CPU time went.
+
+pub mod timings;
 
 use crate::reject::{FilterReason, RejectReason, Repair};
 use serde::Serialize;

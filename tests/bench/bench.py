@@ -99,8 +99,16 @@ def gen(python, rows, path, turns=None):
     return path
 
 
+def cpu_timings(out):
+    """From `build --timings`: CPU seconds of the whole process and of its encoder."""
+    total = re.search(r"^CPU time by stage, all threads: ([\d.]+) s", out, re.M)
+    encode = re.search(r"^\s+encode\s+([\d.]+) s", out, re.M)
+    return (float(total.group(1)), float(encode.group(1))) if total and encode else None
+
+
 def build(chatshards, work, name, data, backend, threads):
-    """Builds `data` with one `openai` source; returns (seconds, peak RSS MiB, manifest)."""
+    """Builds `data` with one `openai` source; returns (seconds, peak RSS MiB, manifest,
+    (CPU seconds, encoder CPU seconds))."""
     pipeline = work / f"bench-{name}.yaml"
     out = work / f"out-{name}"
     pipeline.write_text(
@@ -112,8 +120,9 @@ def build(chatshards, work, name, data, backend, threads):
     )
     shutil.rmtree(out, ignore_errors=True)  # replacing an old output is not part of the timing
     env = dict(os.environ, CHATSHARDS_NO_PROGRESS="1")
-    secs, rss, _ = run([chatshards, "build", "--threads", str(threads), pipeline], env=env)
-    return secs, rss, json.loads((out / "manifest.json").read_text())
+    secs, rss, log = run([chatshards, "build", "--timings", "--threads", str(threads), pipeline],
+                         env=env)
+    return secs, rss, json.loads((out / "manifest.json").read_text()), cpu_timings(log)
 
 
 def main():
@@ -155,6 +164,7 @@ def main():
     # the largest seen.
     runs = {"fast": [], "hf": []}
     rates = []  # per round: encoder name -> raw M tokens/s
+    raw_cpu = []  # per round: encoder name -> CPU seconds of the raw encoding
     for _ in range(args.repeat):
         for backend in runs:
             runs[backend].append(build(chatshards, work, backend, data, backend, args.threads))
@@ -162,6 +172,8 @@ def main():
                          "--repeat", "1"])
         rates.append({m.group(1): float(m.group(2))
                       for m in re.finditer(r"^(\w+)\s.*?([\d.]+) M tokens/s", out, re.M)})
+        raw_cpu.append({m.group(1): float(m.group(2))
+                        for m in re.finditer(r"^(\w+)\s.*?([\d.]+) CPU-s", out, re.M)})
     encode = {key: max(r[key] for r in rates) for key in rates[0]}
     results = {}
     for backend, rs in runs.items():
@@ -208,6 +220,15 @@ def main():
                       f"{b[0] * r[key] * 1e6 / tokens - 1:+.1%}"
                       for b, r in zip(runs[backend], rates)]
             print(f"  by round (pipeline/raw encode): {', '.join(paired)}")
+            # The same build's own account (`--timings`): CPU outside its encoder over CPU in
+            # it, both measured in the one process, so immune to the machine's drift between
+            # the build and the raw run; and its encoder's CPU against the raw encoding's.
+            cpu = [(b[3], r.get(key)) for b, r in zip(runs[backend], raw_cpu) if b[3]]
+            if cpu:
+                rounds = ", ".join(f"{(total - enc) / enc:+.1%}" for (total, enc), _ in cpu)
+                print(f"  in-process CPU outside the encoder over CPU in it, by round: {rounds}")
+                encs = ", ".join(f"{enc:.1f}/{raw:.1f}" for (_, enc), raw in cpu if raw)
+                print(f"  encoder CPU-s in the build / raw encoding, by round: {encs}")
 
     # Linearity in conversation length, with the default backend.
     one = gen(args.python, 1, work / "synthetic-1.jsonl")
@@ -216,7 +237,7 @@ def main():
     per_token = {}
     for turns, rows in ((4, short_rows), (80, max(5, short_rows // 20))):
         data_t = gen(args.python, rows, work / f"turns{turns}-{rows}.jsonl", turns)
-        secs, _, manifest = build(chatshards, work, f"turns{turns}", data_t, "auto", args.threads)
+        secs, _, manifest, _ = build(chatshards, work, f"turns{turns}", data_t, "auto", args.threads)
         per_token[turns] = (secs - startup) / manifest["tokens"] * 1e6
         print(f"{turns:>2}-turn rows: {rows} rows, {manifest['tokens'] / 1e6:.1f} M tokens, "
               f"{secs:.2f}s ({per_token[turns] * 1e3:.1f} ns/token after {startup:.2f}s start-up)")
@@ -225,7 +246,7 @@ def main():
 
     if args.memory_rows:
         big = gen(args.python, args.memory_rows, work / f"synthetic-{args.memory_rows}.jsonl")
-        secs, rss, manifest = build(chatshards, work, "memory", big, "auto", args.threads)
+        secs, rss, manifest, _ = build(chatshards, work, "memory", big, "auto", args.threads)
         print(f"{args.memory_rows} rows ({manifest['tokens'] / 1e6:.0f} M tokens): {secs:.1f}s, "
               f"{manifest['rows'] / secs:.0f} rows/s, peak RSS {rss:.0f} MiB "
               f"(vs {results['chatshards-fast'][1]:.0f} MiB at {args.rows} rows)")
