@@ -100,10 +100,13 @@ def gen(python, rows, path, turns=None):
 
 
 def cpu_timings(out):
-    """From `build --timings`: CPU seconds of the whole process and of its encoder."""
-    total = re.search(r"^CPU time by stage, all threads: ([\d.]+) s", out, re.M)
+    """From `build --timings`: (CPU seconds of the whole process, of its encoder, the report)."""
+    report = re.search(r"^CPU time by stage, all threads: ([\d.]+) s.*?^\s+all but encode .*?$",
+                       out, re.M | re.S)
     encode = re.search(r"^\s+encode\s+([\d.]+) s", out, re.M)
-    return (float(total.group(1)), float(encode.group(1))) if total and encode else None
+    if not (report and encode):
+        return None
+    return float(report.group(1)), float(encode.group(1)), report.group(0)
 
 
 def build(chatshards, work, name, data, backend, threads):
@@ -225,10 +228,15 @@ def main():
             # the build and the raw run; and its encoder's CPU against the raw encoding's.
             cpu = [(b[3], r.get(key)) for b, r in zip(runs[backend], raw_cpu) if b[3]]
             if cpu:
-                rounds = ", ".join(f"{(total - enc) / enc:+.1%}" for (total, enc), _ in cpu)
+                rounds = ", ".join(f"{(total - enc) / enc:+.1%}" for (total, enc, _), _ in cpu)
                 print(f"  in-process CPU outside the encoder over CPU in it, by round: {rounds}")
-                encs = ", ".join(f"{enc:.1f}/{raw:.1f}" for (_, enc), raw in cpu if raw)
+                encs = ", ".join(f"{enc:.1f}/{raw:.1f}" for (_, enc, _), raw in cpu if raw)
                 print(f"  encoder CPU-s in the build / raw encoding, by round: {encs}")
+                if backend == "hf":
+                    fastest = min(runs[backend], key=lambda b: b[0])
+                    if fastest[3]:
+                        print("  the fastest build's own account (--timings):")
+                        print("\n".join("    " + line for line in fastest[3][2].splitlines()))
 
     # Linearity in conversation length, with the default backend.
     one = gen(args.python, 1, work / "synthetic-1.jsonl")
