@@ -91,7 +91,10 @@ fn build(
     let spill_dir = staging.join(".spill");
     let mut spill = Spill::new(&spill_dir, plan.shuffle)?;
     let mut rejects = create(&staging.join("rejects.jsonl"))?;
-    let mut conversations = create(&staging.join("conversations.jsonl"))?;
+    // Hundreds of MB for a large build, never read back: written around the page cache.
+    let path = staging.join("conversations.jsonl");
+    let mut conversations = write::OutputFile::create(&path)
+        .with_context(|| format!("failed to create `{}`", path.display()))?;
     let mut sinks = Sinks {
         spill: &mut spill,
         rejects: &mut rejects,

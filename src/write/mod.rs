@@ -5,11 +5,13 @@
 //! bucket whatever the dataset size, and the order depends only on the keys (never on threads).
 
 mod dataset;
+mod direct;
 pub mod manifest;
 mod shard;
 mod spill;
 
 pub use dataset::{dataset_info_json, pretty, shard_name, state_json};
+pub use direct::OutputFile;
 pub use shard::{
     schema, BatchBuilder, ShardEncoder, ShardSummary, ShardWriter, BATCH_ROWS as SHARD_BATCH_ROWS,
 };

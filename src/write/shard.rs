@@ -2,7 +2,7 @@
 //! nullable, hashed as written, and renamed into place only when complete.
 
 use super::spill::SpilledRow;
-use super::WriteError;
+use super::{OutputFile, WriteError};
 use arrow_array::builder::StringBuilder;
 use arrow_array::{ArrayRef, Int32Array, Int64Array, Int8Array, ListArray, RecordBatch};
 use arrow_buffer::{OffsetBuffer, ScalarBuffer};
@@ -11,7 +11,6 @@ use arrow_schema::{DataType, Field, Schema};
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 use std::collections::HashMap;
-use std::fs::File;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -188,35 +187,10 @@ impl ShardEncoder {
     }
 }
 
-/// The largest single `write` into a shard. A write of several MiB lets the kernel back the
-/// page cache with 2 MiB folios, which on virtual machines often come from memory the host
-/// must fault in first: measured 1.5 s/GB of system time for 4 MiB writes against 0.25 s/GB
-/// for 256 KiB ones (BENCHMARKS.md).
-const WRITE_PIECE: usize = 256 << 10;
-
-/// Asks the kernel to start writing a range out now (`sync_file_range`, no wait), so that
-/// the `fsync` that completes the shard finds little left to do instead of the whole file.
-/// Durability still comes from that `fsync`; elsewhere this is a no-op.
-#[cfg(target_os = "linux")]
-fn start_writeback(file: &File, offset: u64, len: usize) {
-    use std::os::fd::AsRawFd;
-    let (Ok(offset), Ok(len)) = (i64::try_from(offset), i64::try_from(len)) else {
-        return;
-    };
-    // SAFETY: a plain syscall on a descriptor this writer owns; a failure only means the
-    // final `fsync` does all the work, so its result is ignored.
-    unsafe {
-        libc::sync_file_range(file.as_raw_fd(), offset, len, libc::SYNC_FILE_RANGE_WRITE);
-    }
-}
-
-#[cfg(not(target_os = "linux"))]
-fn start_writeback(_file: &File, _offset: u64, _len: usize) {}
-
 /// Writes one shard's bytes from a [`ShardEncoder`]. Call [`ShardWriter::finish`]; a dropped
 /// writer leaves only a temp file.
 pub struct ShardWriter {
-    file: File,
+    file: OutputFile,
     hasher: ChunkHasher,
     temp: PathBuf,
     path: PathBuf,
@@ -229,7 +203,7 @@ impl ShardWriter {
     pub fn create(dir: &Path, name: String) -> Result<Self, WriteError> {
         let path = dir.join(&name);
         let temp = dir.join(format!(".{name}.partial"));
-        let file = File::create(&temp).map_err(|e| WriteError::Io(temp.clone(), e))?;
+        let file = OutputFile::create(&temp).map_err(|e| WriteError::Io(temp.clone(), e))?;
         Ok(ShardWriter {
             file,
             hasher: ChunkHasher::start(),
@@ -241,13 +215,11 @@ impl ShardWriter {
         })
     }
 
-    /// Appends encoded bytes holding `rows` rows, and starts writing them out to disk.
+    /// Appends encoded bytes holding `rows` rows.
     pub fn append(&mut self, bytes: Vec<u8>, rows: u64) -> Result<(), WriteError> {
-        bytes
-            .chunks(WRITE_PIECE)
-            .try_for_each(|piece| self.file.write_all(piece))
+        self.file
+            .write_all(&bytes)
             .map_err(|e| WriteError::Io(self.temp.clone(), e))?;
-        start_writeback(&self.file, self.bytes, bytes.len());
         self.bytes += bytes.len() as u64;
         self.rows += rows;
         self.hasher.update(Arc::new(bytes));
@@ -255,7 +227,7 @@ impl ShardWriter {
     }
 
     /// Syncs the file and renames it into place.
-    pub fn finish(self) -> Result<ShardSummary, WriteError> {
+    pub fn finish(mut self) -> Result<ShardSummary, WriteError> {
         // The sync and the end of the hashing run at the same time.
         let synced = self.file.sync_all();
         let sha256 = self.hasher.finish();
