@@ -10,13 +10,14 @@
 //! the bytes written are the same either way.
 
 use std::fs::File;
-use std::io::{self, Seek, SeekFrom, Write};
+use std::io::{self, Read, Seek, SeekFrom, Write};
 use std::path::Path;
 
 /// Alignment of direct I/O buffers, offsets and lengths: the largest logical block size in
 /// common use, so it suits any device.
 const ALIGN: usize = 4096;
-/// Bytes gathered before each write: large enough that the device sees few requests.
+/// Bytes gathered before each write of an output: large enough that the device sees few
+/// requests.
 const BLOCK: usize = 1 << 20;
 
 /// A write-only file that takes whole blocks around the page cache; see the module docs.
@@ -30,22 +31,30 @@ pub struct OutputFile {
     /// Bytes in the file so far.
     written: u64,
     direct: bool,
+    /// Bytes per write, a multiple of [`ALIGN`].
+    block: usize,
 }
 
 impl OutputFile {
-    /// Creates (or truncates) `path`.
+    /// Creates (or truncates) `path`, to be written in 1 MiB blocks.
     pub fn create(path: &Path) -> io::Result<OutputFile> {
-        Self::create_with(path, true)
+        Self::create_with(path, true, BLOCK)
+    }
+
+    /// Creates (or truncates) `path`, to be written in blocks of `block` bytes (rounded up to
+    /// a multiple of 4 KiB), e.g. smaller ones for many files open at once.
+    pub fn with_block(path: &Path, block: usize) -> io::Result<OutputFile> {
+        Self::create_with(path, true, block.max(1).next_multiple_of(ALIGN))
     }
 
     /// `direct: false` makes an ordinary buffered file (to compare the two in tests).
-    fn create_with(path: &Path, direct: bool) -> io::Result<OutputFile> {
+    fn create_with(path: &Path, direct: bool, block: usize) -> io::Result<OutputFile> {
         let (file, direct) = if direct {
             open(path)?
         } else {
             (File::create(path)?, false)
         };
-        let buffer = vec![0u8; BLOCK + ALIGN];
+        let buffer = vec![0u8; block + ALIGN];
         let start = buffer.as_ptr().align_offset(ALIGN);
         // `align_offset` may in principle decline; the file then stays buffered.
         let direct = direct && start < ALIGN;
@@ -56,6 +65,7 @@ impl OutputFile {
             len: 0,
             written: 0,
             direct,
+            block,
         };
         if !direct {
             out.buffered()?;
@@ -66,6 +76,22 @@ impl OutputFile {
     /// Whether whole blocks still bypass the page cache.
     pub fn is_direct(&self) -> bool {
         self.direct
+    }
+
+    /// Ends a scratch file that only [`read_prefix`] reads back: the last block is padded with
+    /// zeros to a whole number of 4 KiB, so that it too goes out directly. Returns the length
+    /// of what was written before the padding, the length to read back.
+    pub fn finish_padded(&mut self) -> io::Result<u64> {
+        let len = self.written + self.len as u64;
+        if self.direct && self.len > 0 {
+            let padded = self.len.next_multiple_of(ALIGN);
+            let at = self.start + self.len;
+            self.buffer[at..self.start + padded].fill(0);
+            self.len = padded;
+            self.write_staged()?;
+        }
+        self.flush()?;
+        Ok(len)
     }
 
     /// Flushes everything, then waits until it is on disk (`fsync`).
@@ -109,11 +135,11 @@ impl OutputFile {
 
 impl Write for OutputFile {
     fn write(&mut self, data: &[u8]) -> io::Result<usize> {
-        let n = data.len().min(BLOCK - self.len);
+        let n = data.len().min(self.block - self.len);
         let at = self.start + self.len;
         self.buffer[at..at + n].copy_from_slice(&data[..n]);
         self.len += n;
-        if self.len == BLOCK {
+        if self.len == self.block {
             self.write_staged()?;
         }
         Ok(n)
@@ -146,6 +172,67 @@ impl Write for OutputFile {
     }
 }
 
+/// The first bytes of a file, read into an aligned window of a reusable buffer.
+pub struct ReadBack {
+    buffer: Vec<u8>,
+    start: usize,
+    len: usize,
+}
+
+impl ReadBack {
+    pub fn bytes(&self) -> &[u8] {
+        &self.buffer[self.start..self.start + self.len]
+    }
+
+    /// The buffer, for the next read.
+    pub fn into_buffer(self) -> Vec<u8> {
+        self.buffer
+    }
+}
+
+/// Reads the first `len` bytes of `path` (a file [`OutputFile::finish_padded`] wrote) around
+/// the page cache where the filesystem allows it: a buffered read would allocate page cache
+/// for bytes that are read once. `buffer` is reused (grown if needed, never shrunk).
+pub fn read_prefix(path: &Path, len: u64, mut buffer: Vec<u8>) -> io::Result<ReadBack> {
+    let too_large = || io::Error::new(io::ErrorKind::OutOfMemory, "file too large to read");
+    let len = usize::try_from(len).map_err(|_| too_large())?;
+    let want = len.next_multiple_of(ALIGN);
+    let size = want.checked_add(ALIGN).ok_or_else(too_large)?;
+    if buffer.len() < size {
+        buffer.resize(size, 0);
+    }
+    let start = buffer.as_ptr().align_offset(ALIGN);
+    let (mut file, mut direct) = open_read(path)?;
+    if direct && start >= ALIGN {
+        clear_direct(&file)?;
+        direct = false;
+    }
+    let start = start.min(ALIGN);
+    let mut got = 0;
+    while got < len {
+        // Direct reads ask for whole blocks; the file's padding makes them fit.
+        let end = if direct { start + want } else { start + len };
+        match file.read(&mut buffer[start + got..end]) {
+            Ok(0) => break,
+            Ok(n) => got += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            // A short direct read leaves the offset unaligned: read on through the cache.
+            Err(e) if direct && e.raw_os_error() == Some(EINVAL) => {
+                clear_direct(&file)?;
+                direct = false;
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    if got < len {
+        return Err(io::Error::new(
+            io::ErrorKind::UnexpectedEof,
+            format!("{got} bytes where {len} were written"),
+        ));
+    }
+    Ok(ReadBack { buffer, start, len })
+}
+
 #[cfg(target_os = "linux")]
 const EINVAL: i32 = libc::EINVAL;
 #[cfg(not(target_os = "linux"))]
@@ -167,6 +254,26 @@ fn open(path: &Path) -> io::Result<(File, bool)> {
 #[cfg(not(target_os = "linux"))]
 fn open(path: &Path) -> io::Result<(File, bool)> {
     Ok((File::create(path)?, false))
+}
+
+/// Opens `path` for direct reads where the filesystem allows it; says whether it did.
+#[cfg(target_os = "linux")]
+fn open_read(path: &Path) -> io::Result<(File, bool)> {
+    use std::os::unix::fs::OpenOptionsExt;
+    match std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_DIRECT)
+        .open(path)
+    {
+        Ok(file) => Ok((file, true)),
+        Err(e) if e.raw_os_error() == Some(libc::EINVAL) => Ok((File::open(path)?, false)),
+        Err(e) => Err(e),
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn open_read(path: &Path) -> io::Result<(File, bool)> {
+    Ok((File::open(path)?, false))
 }
 
 #[cfg(target_os = "linux")]
@@ -213,7 +320,7 @@ mod tests {
     fn written(pieces: &[Vec<u8>], direct: bool) -> (Vec<u8>, bool) {
         let dir = tempfile::tempdir().expect("tempdir");
         let path = dir.path().join("out");
-        let mut f = OutputFile::create_with(&path, direct).expect("create");
+        let mut f = OutputFile::create_with(&path, direct, BLOCK).expect("create");
         let was_direct = f.is_direct();
         for p in pieces {
             if p.is_empty() {
@@ -272,5 +379,34 @@ mod tests {
                 assert!(got == want, "{} bytes, direct {direct}", want.len());
             }
         }
+    }
+
+    #[test]
+    fn padded_scratch_files_read_back_exactly_what_was_written() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("scratch");
+        // One buffer throughout, as the shard writing reuses it: stale bytes must not show.
+        let mut buffer = vec![0xAB; 3 * ALIGN];
+        for direct in [true, false] {
+            for n in [0, 1, ALIGN, ALIGN + 1, 3 * 8192 + 5] {
+                let want = bytes(n, n as u32);
+                let mut f = OutputFile::create_with(&path, direct, 8192).expect("create");
+                f.write_all(&want).expect("write");
+                assert_eq!(f.finish_padded().expect("finish"), n as u64);
+                drop(f);
+                let size = std::fs::metadata(&path).expect("metadata").len();
+                assert!(
+                    size >= n as u64 && size < (n + ALIGN) as u64,
+                    "{size} for {n}"
+                );
+                let back = read_prefix(&path, n as u64, buffer).expect("read back");
+                assert!(back.bytes() == want, "{n} bytes, direct {direct}");
+                buffer = back.into_buffer();
+            }
+        }
+        // Fewer bytes on disk than asked for is an error, not a short read.
+        std::fs::write(&path, b"abc").expect("write");
+        let err = read_prefix(&path, 4, buffer).err().expect("too short");
+        assert_eq!(err.to_string(), "3 bytes where 4 were written");
     }
 }

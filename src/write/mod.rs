@@ -15,7 +15,7 @@ pub use direct::OutputFile;
 pub use shard::{
     schema, BatchBuilder, ShardEncoder, ShardSummary, ShardWriter, BATCH_ROWS as SHARD_BATCH_ROWS,
 };
-pub use spill::{shuffle_key, Bucket, Spill, SpilledRow};
+pub use spill::{shuffle_key, Bucket, LoadedBucket, Spill, SpilledBucket, SpilledRow};
 
 /// One tokenized output row.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -1,11 +1,14 @@
 //! Bucketed spill files: the external shuffle. Rows go to one of up to 256 buckets by the top
 //! bits of their key; reading a bucket back and sorting it yields the global key order.
 
+use super::direct::{read_prefix, OutputFile, ReadBack};
 use super::{TokenRow, WriteError};
 use sha2::{Digest, Sha256};
-use std::fs::File;
-use std::io::{BufWriter, Read, Write};
+use std::io::Write;
 use std::path::{Path, PathBuf};
+
+/// Bytes per write of a bucket: 256 buckets open at once stay at 16 MiB of buffers.
+const BUCKET_BLOCK: usize = 64 << 10;
 
 /// Rows per bucket when not shuffling (keys are sequence numbers): small enough that a few
 /// buckets in memory at once stay far below the memory budget, even for long rows.
@@ -26,7 +29,9 @@ pub fn shuffle_key(seed: u64, sample_id: &str) -> u64 {
 pub struct Spill {
     dir: PathBuf,
     shuffled: bool,
-    buckets: Vec<Option<BufWriter<File>>>,
+    /// Written around the page cache, like the outputs (see `direct`): the spill is as large
+    /// as the shards, and read back once.
+    buckets: Vec<Option<OutputFile>>,
     rows: u64,
     /// One encoded row, written with a single call.
     scratch: Vec<u8>,
@@ -67,8 +72,9 @@ impl Spill {
         }
         if self.buckets[b].is_none() {
             let path = self.path(b);
-            let file = File::create(&path).map_err(|e| WriteError::Io(path, e))?;
-            self.buckets[b] = Some(BufWriter::with_capacity(64 << 10, file));
+            let file =
+                OutputFile::with_block(&path, BUCKET_BLOCK).map_err(|e| WriteError::Io(path, e))?;
+            self.buckets[b] = Some(file);
         }
         // The bucket's path is formatted only for an error, not for every row.
         let Some(w) = self.buckets[b].as_mut() else {
@@ -82,18 +88,34 @@ impl Spill {
         Ok(())
     }
 
-    /// Flushes all buckets and returns them in key order, ready for [`Bucket::read`].
-    pub fn finish(mut self) -> Result<Vec<PathBuf>, WriteError> {
-        let mut paths = Vec::new();
+    /// Flushes all buckets and returns them in key order, ready for [`Bucket::load`].
+    pub fn finish(mut self) -> Result<Vec<SpilledBucket>, WriteError> {
+        let mut buckets = Vec::new();
         for (b, w) in std::mem::take(&mut self.buckets).into_iter().enumerate() {
             if let Some(mut w) = w {
                 let path = self.path(b);
-                w.flush().map_err(|e| WriteError::Io(path.clone(), e))?;
-                paths.push(path);
+                let len = w
+                    .finish_padded()
+                    .map_err(|e| WriteError::Io(path.clone(), e))?;
+                buckets.push(SpilledBucket { path, len });
             }
         }
-        Ok(paths)
+        Ok(buckets)
     }
+}
+
+/// A finished bucket file and the length of its rows (the file may be padded past it).
+#[derive(Debug, Clone)]
+pub struct SpilledBucket {
+    pub path: PathBuf,
+    len: u64,
+}
+
+/// A bucket's bytes, read back but not yet indexed (so that the reading, which waits for the
+/// disk, can run ahead on a thread of its own).
+pub struct LoadedBucket {
+    path: PathBuf,
+    data: ReadBack,
 }
 
 /// One spilled row as stored in a [`Bucket`]: offsets into its bytes.
@@ -136,24 +158,37 @@ impl SpilledRow<'_> {
 /// one read and no allocation per row, where decoding row by row cost more than the rest of
 /// the shard writing together.
 pub struct Bucket {
-    data: Vec<u8>,
+    data: ReadBack,
     sample_ids: String,
     rows: Vec<RowAt>,
 }
 
 impl Bucket {
-    /// Reads the bucket at `path` into `buffer` (reused: its old contents are dropped).
-    pub fn read(path: &Path, mut buffer: Vec<u8>) -> Result<Bucket, WriteError> {
-        buffer.clear();
-        File::open(path)
-            .and_then(|mut f| f.read_to_end(&mut buffer))
-            .map_err(|e| WriteError::Io(path.to_owned(), e))?;
-        let corrupt = || WriteError::Corrupt(path.to_owned());
+    /// Reads `bucket` and indexes its rows; `buffer` is reused (its old contents dropped).
+    pub fn read(bucket: &SpilledBucket, buffer: Vec<u8>) -> Result<Bucket, WriteError> {
+        Bucket::index(Bucket::load(bucket, buffer)?)
+    }
+
+    /// Reads the bytes of `bucket` into `buffer`.
+    pub fn load(bucket: &SpilledBucket, buffer: Vec<u8>) -> Result<LoadedBucket, WriteError> {
+        let data = read_prefix(&bucket.path, bucket.len, buffer)
+            .map_err(|e| WriteError::Io(bucket.path.clone(), e))?;
+        Ok(LoadedBucket {
+            path: bucket.path.clone(),
+            data,
+        })
+    }
+
+    /// Indexes the rows of a loaded bucket in (key, sample_id) order.
+    pub fn index(loaded: LoadedBucket) -> Result<Bucket, WriteError> {
+        let LoadedBucket { path, data } = loaded;
+        let bytes = data.bytes();
+        let corrupt = || WriteError::Corrupt(path.clone());
         let mut sample_ids = String::new();
         let mut rows = Vec::new();
         let mut at = 0usize;
-        while at < buffer.len() {
-            let row = parse_row(&buffer, &mut at, &mut sample_ids).ok_or_else(corrupt)?;
+        while at < bytes.len() {
+            let row = parse_row(bytes, &mut at, &mut sample_ids).ok_or_else(corrupt)?;
             rows.push(row);
         }
         // Keys and sample ids are unique in a build; the position keeps any tie in write order.
@@ -165,7 +200,7 @@ impl Bucket {
             ))
         });
         Ok(Bucket {
-            data: buffer,
+            data,
             sample_ids,
             rows,
         })
@@ -181,20 +216,21 @@ impl Bucket {
 
     /// The rows in (key, sample_id) order.
     pub fn rows(&self) -> impl Iterator<Item = SpilledRow<'_>> {
-        self.rows.iter().map(|r| {
+        let data = self.data.bytes();
+        self.rows.iter().map(move |r| {
             let mask = r.ids + 4 * r.len;
             SpilledRow {
                 sample_id: &self.sample_ids[r.sample_id.clone()],
                 source: r.source,
-                ids_le: &self.data[r.ids..mask],
-                mask: &self.data[mask..mask + r.len],
+                ids_le: &data[r.ids..mask],
+                mask: &data[mask..mask + r.len],
             }
         })
     }
 
     /// The buffer, for the next bucket.
     pub fn into_buffer(self) -> Vec<u8> {
-        self.data
+        self.data.into_buffer()
     }
 }
 
@@ -296,6 +332,40 @@ mod tests {
     }
 
     #[test]
+    fn buckets_of_many_blocks_read_back_whole_in_either_mode() {
+        for shuffled in [true, false] {
+            let dir = tempfile::tempdir().expect("tempdir");
+            let mut spill = Spill::new(dir.path(), shuffled).expect("spill");
+            // ~1 MB in one bucket (top key byte 0, or sequence numbers below 8,192): many
+            // 64 KiB blocks and a padded last one.
+            let rows: Vec<TokenRow> = (0..700u64)
+                .map(|i| {
+                    row(
+                        699 - i,
+                        &format!("s:0:{i}"),
+                        (0..(i as u32 * 7) % 601).collect(),
+                    )
+                })
+                .collect();
+            for r in &rows {
+                spill.push(r).expect("push");
+            }
+            let buckets = spill.finish().expect("finish");
+            assert_eq!(buckets.len(), 1);
+            let bytes = buckets[0].len;
+            assert!(bytes > 10 * BUCKET_BLOCK as u64, "{bytes} bytes");
+            let bucket = Bucket::read(&buckets[0], Vec::new()).expect("read");
+            let got: Vec<_> = bucket.rows().map(owned).collect();
+            let want: Vec<_> = rows
+                .iter()
+                .rev()
+                .map(|r| (r.sample_id.clone(), r.source, r.ids.clone(), r.mask.clone()))
+                .collect();
+            assert!(got == want, "shuffled {shuffled}");
+        }
+    }
+
+    #[test]
     fn a_truncated_or_bad_bucket_is_corrupt() {
         let dir = tempfile::tempdir().expect("tempdir");
         let mut good = Vec::new();
@@ -312,7 +382,11 @@ mod tests {
         ] {
             let path = dir.path().join(name);
             std::fs::write(&path, &bytes).expect("write");
-            match Bucket::read(&path, Vec::new()) {
+            let bucket = SpilledBucket {
+                path: path.clone(),
+                len: bytes.len() as u64,
+            };
+            match Bucket::read(&bucket, Vec::new()) {
                 Err(WriteError::Corrupt(p)) => assert_eq!(p, path),
                 Err(e) => panic!("{name}: {e}"),
                 Ok(b) => panic!("{name}: read {} rows", b.len()),
@@ -320,6 +394,20 @@ mod tests {
         }
         let path = dir.path().join("good");
         std::fs::write(&path, &good).expect("write");
-        assert_eq!(Bucket::read(&path, Vec::new()).expect("read").len(), 1);
+        let mut bucket = SpilledBucket {
+            path: path.clone(),
+            len: good.len() as u64,
+        };
+        assert_eq!(Bucket::read(&bucket, Vec::new()).expect("read").len(), 1);
+        // A file shorter than what was written to it is an I/O error naming it.
+        bucket.len += 1;
+        match Bucket::read(&bucket, Vec::new()) {
+            Err(e @ WriteError::Io(..)) => assert_eq!(
+                e.to_string(),
+                format!("failed to write `{}`", path.display())
+            ),
+            Err(e) => panic!("{e}"),
+            Ok(b) => panic!("read {} rows", b.len()),
+        }
     }
 }
