@@ -278,9 +278,10 @@ fn write_shards(
                 fs::remove_file(&path).ok();
             }
         });
-        // The buckets are read ahead on a thread of their own, since direct reads wait for
-        // the disk; buffers go back to it for reuse (at most three exist).
-        let (loaded_tx, loaded) = std::sync::mpsc::sync_channel::<Result<LoadedBucket, _>>(1);
+        // The next bucket is read on a thread of their own while this one is written, since
+        // direct reads wait for the disk. The hand-over is a rendezvous and each buffer goes
+        // back for reuse before the next is taken, so two buffers exist, not more.
+        let (loaded_tx, loaded) = std::sync::mpsc::sync_channel::<Result<LoadedBucket, _>>(0);
         let (spare_tx, spare) = std::sync::mpsc::channel::<Vec<u8>>();
         scope.spawn(move || {
             for bucket in buckets {
