@@ -12,7 +12,7 @@ use crate::validate::Validator;
 use crate::write::manifest::{Encoder, HubInput, InputFile, Inputs, Manifest, Settings, Tool};
 use crate::write::{
     self, shard_name, BatchBuilder, Bucket, LoadedBucket, ShardEncoder, ShardWriter, Spill,
-    WriteError, SHARD_BATCH_ROWS,
+    SpilledBucket, WriteError, SHARD_BATCH_ROWS,
 };
 use anyhow::{bail, Context, Result};
 use std::fs;
@@ -284,11 +284,12 @@ fn write_shards(
         let (loaded_tx, loaded) = std::sync::mpsc::sync_channel::<Result<LoadedBucket, _>>(0);
         let (spare_tx, spare) = std::sync::mpsc::channel::<Vec<u8>>();
         scope.spawn(move || {
-            for bucket in buckets {
-                let loaded = Bucket::load(&bucket, spare.try_recv().unwrap_or_default());
+            let fresh = || SpilledBucket::buffer_for(&buckets);
+            for bucket in &buckets {
+                let loaded = Bucket::load(bucket, spare.try_recv().unwrap_or_else(|_| fresh()));
                 let ok = loaded.is_ok();
                 if ok {
-                    let _ = read_tx.send(bucket.path);
+                    let _ = read_tx.send(bucket.path.clone());
                 }
                 if loaded_tx.send(loaded).is_err() || !ok {
                     return;

@@ -195,9 +195,9 @@ impl ReadBack {
 /// for bytes that are read once. `buffer` is reused (grown if needed, never shrunk).
 pub fn read_prefix(path: &Path, len: u64, mut buffer: Vec<u8>) -> io::Result<ReadBack> {
     let too_large = || io::Error::new(io::ErrorKind::OutOfMemory, "file too large to read");
-    let len = usize::try_from(len).map_err(|_| too_large())?;
-    let want = len.next_multiple_of(ALIGN);
-    let size = want.checked_add(ALIGN).ok_or_else(too_large)?;
+    let size = read_buffer_len(len).ok_or_else(too_large)?;
+    let len = len as usize;
+    let want = size - ALIGN;
     if buffer.len() < size {
         buffer.resize(size, 0);
     }
@@ -231,6 +231,15 @@ pub fn read_prefix(path: &Path, len: u64, mut buffer: Vec<u8>) -> io::Result<Rea
         ));
     }
     Ok(ReadBack { buffer, start, len })
+}
+
+/// The buffer length [`read_prefix`] needs for `len` bytes (whole blocks, plus room to align
+/// them); `None` if that does not fit in memory's address space.
+pub fn read_buffer_len(len: u64) -> Option<usize> {
+    usize::try_from(len)
+        .ok()?
+        .checked_next_multiple_of(ALIGN)?
+        .checked_add(ALIGN)
 }
 
 #[cfg(target_os = "linux")]

@@ -110,9 +110,7 @@ impl BatchBuilder {
         if self.offsets.is_empty() {
             self.offsets.push(0);
         }
-        // Token ids fit in i32: vocabularies are far below 2^31.
-        self.ids.extend(row.ids().map(|i| i as i32));
-        self.mask.extend(row.mask.iter().map(|&m| m as i8));
+        row.append_to(&mut self.ids, &mut self.mask);
         let end = i32::try_from(self.ids.len())
             .map_err(|_| "a record batch exceeds 2^31 tokens".to_owned())?;
         self.offsets.push(end);
