@@ -605,7 +605,33 @@ fn timings_are_printed_even_when_quiet_add_up_and_change_no_byte_of_output() {
         let encode = secs(lines[5]);
         assert!(encode > 0.0, "{stderr}");
         assert!(lines[11].starts_with("  all but encode "), "{stderr}");
-        assert_eq!(lines.len(), 12, "{stderr}");
+        // The phases' wall times, in order, add up to no more than the build's.
+        let wall: f64 = lines[0]
+            .split(" s in ")
+            .nth(1)
+            .and_then(|t| t.split(" s wall").next())
+            .and_then(|t| t.parse().ok())
+            .expect("wall");
+        let phases: Vec<(&str, f64)> = lines[12]
+            .strip_prefix("wall time by phase: ")
+            .expect("a wall time line")
+            .split(", ")
+            .map(|p| {
+                let (name, secs) = p
+                    .strip_suffix(" s")
+                    .and_then(|p| p.rsplit_once(' '))
+                    .expect("`name N s`");
+                (name, secs.parse::<f64>().expect("seconds"))
+            })
+            .collect();
+        let names: Vec<&str> = phases.iter().map(|p| p.0).collect();
+        assert_eq!(names, ["start-up", "rows", "shards"], "{stderr}");
+        let sum: f64 = phases.iter().map(|p| p.1).sum();
+        assert!(
+            sum > 0.0 && sum <= wall + 0.015,
+            "{sum} of {wall}: {stderr}"
+        );
+        assert_eq!(lines.len(), 13, "{stderr}");
     }
     assert_eq!(shards[0], shards[1]);
 }

@@ -189,7 +189,7 @@ fn build(
         manifest.tokens as f64 / secs / 1e6
     ));
     if args.timings {
-        printer.requested(&match timings.report(started.elapsed()) {
+        printer.requested(&match timings.report(started) {
             Some(report) => report.to_string(),
             None => "--timings: the CPU clocks are read on Linux only".to_owned(),
         });

@@ -6,7 +6,7 @@
 //! with the machine's load between two runs the way comparing wall times does.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// A stage run on the pool, one batch at a time.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -46,7 +46,15 @@ pub struct Timings {
     /// Nanoseconds of CPU the input hashing thread has used so far.
     hashing: AtomicU64,
     /// Process and hashing CPU at the end of each [`Phase`], once passed.
-    marks: std::sync::Mutex<Vec<(Duration, Duration)>>,
+    marks: std::sync::Mutex<Vec<Mark>>,
+}
+
+/// Where a build stood at the end of a [`Phase`].
+#[derive(Debug, Clone, Copy)]
+struct Mark {
+    process: Duration,
+    hashing: Duration,
+    at: Instant,
 }
 
 impl Timings {
@@ -74,24 +82,37 @@ impl Timings {
         let hashing = Duration::from_nanos(self.hashing.load(Ordering::Relaxed));
         if let Ok(mut marks) = self.marks.lock() {
             if marks.len() == phase as usize {
-                marks.push((process, hashing));
+                marks.push(Mark {
+                    process,
+                    hashing,
+                    at: Instant::now(),
+                });
             }
         }
     }
 
-    /// The report, once every phase has ended and the hashing thread has finished; `None`
-    /// where the CPU clocks cannot be read.
-    pub fn report(&self, wall: Duration) -> Option<Report> {
+    /// The report of a build that began at `started`, once every phase has ended and the
+    /// hashing thread has finished; `None` where the CPU clocks cannot be read.
+    pub fn report(&self, started: Instant) -> Option<Report> {
+        let wall = started.elapsed();
         let marks = self.marks.lock().ok()?.clone();
         if marks.len() != PHASES || thread_cpu().is_none() {
             return None;
         }
+        let mut phase_wall = [Duration::ZERO; PHASES];
+        let mut before = started;
+        for (wall, mark) in phase_wall.iter_mut().zip(&marks) {
+            *wall = mark.at.saturating_duration_since(before);
+            before = mark.at;
+        }
+        let marks: Vec<(Duration, Duration)> =
+            marks.iter().map(|m| (m.process, m.hashing)).collect();
         let pool = self
             .pool
             .each_ref()
             .map(|n| Duration::from_nanos(n.load(Ordering::Relaxed)));
         let hashing = Duration::from_nanos(self.hashing.load(Ordering::Relaxed));
-        Some(Report::new(wall, pool, hashing, &marks))
+        Some(Report::new(wall, phase_wall, pool, hashing, &marks))
     }
 }
 
@@ -99,6 +120,8 @@ impl Timings {
 #[derive(Debug, Clone)]
 pub struct Report {
     pub wall: Duration,
+    /// Wall time of each [`Phase`].
+    pub phase_wall: [Duration; PHASES],
     pub total: Duration,
     pub lines: Vec<(&'static str, Duration)>,
     pub encode: Duration,
@@ -108,6 +131,7 @@ impl Report {
     /// `marks`: the process's CPU and the hashing thread's at the end of each phase.
     fn new(
         wall: Duration,
+        phase_wall: [Duration; PHASES],
         pool: [Duration; POOL_STAGES],
         hashing: Duration,
         marks: &[(Duration, Duration)],
@@ -129,6 +153,7 @@ impl Report {
         let stage = |s: PoolStage| pool[s as usize];
         Report {
             wall,
+            phase_wall,
             total,
             lines: vec![
                 (
@@ -177,10 +202,15 @@ impl std::fmt::Display for Report {
         }
         let encode = self.encode.as_secs_f64();
         let rest = total - encode;
-        write!(
+        writeln!(
             f,
             "  all but encode                       {rest:>9.3} s = {:.1}% of encode",
             100.0 * rest / encode.max(1e-9)
+        )?;
+        let [start_up, rows, shards] = self.phase_wall.map(|d| d.as_secs_f64());
+        write!(
+            f,
+            "wall time by phase: start-up {start_up:.2} s, rows {rows:.2} s, shards {shards:.2} s"
         )
     }
 }
@@ -252,7 +282,8 @@ mod tests {
             (ms(16_000), ms(1000)),
             (ms(17_500), ms(1200)),
         ];
-        let report = Report::new(ms(9000), pool, ms(1300), &marks);
+        let phase_wall = [ms(400), ms(8000), ms(550)];
+        let report = Report::new(ms(9000), phase_wall, pool, ms(1300), &marks);
         let got: Vec<(&str, u64)> = report
             .lines
             .iter()
@@ -286,7 +317,10 @@ mod tests {
             "{text}"
         );
         assert!(
-            text.ends_with("  all but encode                           7.600 s = 76.0% of encode"),
+            text.ends_with(
+                "  all but encode                           7.600 s = 76.0% of encode\n\
+                 wall time by phase: start-up 0.40 s, rows 8.00 s, shards 0.55 s"
+            ),
             "{text}"
         );
     }
@@ -296,7 +330,7 @@ mod tests {
         let timings = Timings::default();
         timings.end_phase(Phase::StartUp);
         timings.end_phase(Phase::Rows);
-        assert!(timings.report(ms(1)).is_none());
+        assert!(timings.report(Instant::now()).is_none());
         // Out of order: ignored.
         timings.end_phase(Phase::Rows);
         assert_eq!(timings.marks.lock().map(|m| m.len()).unwrap_or(0), 2);

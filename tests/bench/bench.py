@@ -100,13 +100,17 @@ def gen(python, rows, path, turns=None):
 
 
 def cpu_timings(out):
-    """From `build --timings`: (CPU seconds of the whole process, of its encoder, the report)."""
-    report = re.search(r"^CPU time by stage, all threads: ([\d.]+) s.*?^\s+all but encode .*?$",
-                       out, re.M | re.S)
+    """From `build --timings`: (CPU seconds of the whole process, of its encoder, the report,
+    wall seconds by phase: {"start-up": s, "rows": s, "shards": s})."""
+    report = re.search(r"^CPU time by stage, all threads: ([\d.]+) s.*?^\s+all but encode [^\n]*"
+                       r"(?:\nwall time by phase: [^\n]*)?", out, re.M | re.S)
     encode = re.search(r"^\s+encode\s+([\d.]+) s", out, re.M)
     if not (report and encode):
         return None
-    return float(report.group(1)), float(encode.group(1)), report.group(0)
+    wall = re.search(r"^wall time by phase: (.*)$", out, re.M)
+    phases = {m.group(1): float(m.group(2))
+              for m in re.finditer(r"([\w-]+) ([\d.]+) s", wall.group(1))} if wall else {}
+    return float(report.group(1)), float(encode.group(1)), report.group(0), phases
 
 
 def build(chatshards, work, name, data, backend, threads):
@@ -228,10 +232,21 @@ def main():
             # the build and the raw run; and its encoder's CPU against the raw encoding's.
             cpu = [(b[3], r.get(key)) for b, r in zip(runs[backend], raw_cpu) if b[3]]
             if cpu:
-                rounds = ", ".join(f"{(total - enc) / enc:+.1%}" for (total, enc, _), _ in cpu)
+                rounds = ", ".join(f"{(total - enc) / enc:+.1%}" for (total, enc, _, _), _ in cpu)
                 print(f"  in-process CPU outside the encoder over CPU in it, by round: {rounds}")
-                encs = ", ".join(f"{enc:.1f}/{raw:.1f}" for (_, enc, _), raw in cpu if raw)
+                encs = ", ".join(f"{enc:.1f}/{raw:.1f}" for (_, enc, _, _), raw in cpu if raw)
                 print(f"  encoder CPU-s in the build / raw encoding, by round: {encs}")
+                # The rows phase alone (reading to spilling, all rows through the pool), without
+                # the start-up and the shard phase, which do not grow with the rows per token.
+                walls = [(b[3][3], tokens / (r[key] * 1e6)) for b, r in zip(runs[backend], rates)
+                         if b[3] and b[3][3].get("rows")]
+                if walls:
+                    rows_phase = ", ".join(f"{p['rows']:.1f}s/{raw:.1f}s {p['rows'] / raw - 1:+.1%}"
+                                           for p, raw in walls)
+                    fixed = ", ".join(f"{p.get('start-up', 0):.2f}s + {p.get('shards', 0):.2f}s"
+                                      for p, _ in walls)
+                    print(f"  rows phase / raw encode, by round: {rows_phase}")
+                    print(f"  start-up + shard phase, by round: {fixed}")
                 if backend == "hf":
                     fastest = min(runs[backend], key=lambda b: b[0])
                     if fastest[3]:
