@@ -40,7 +40,8 @@ pub struct RowProcessor {
     pub max_tokens: usize,
     pub length_policy: LengthPolicy,
     pub min_supervised_tokens: usize,
-    /// When the encoder is not the `tokenizers` crate: the share of rows (in basis points,
+    /// When the encoder is not the `tokenizers` crate on whole texts (the fast encoder, the
+    /// segment cache): the share of rows (in basis points,
     /// chosen by a hash of the row id) also encoded with it; any difference stops the build.
     pub verify_basis_points: Option<u32>,
     /// When the renderer evaluates the template natively: the share of rows (in basis points,
@@ -404,7 +405,7 @@ pub enum RunError {
     Write(#[from] crate::write::WriteError),
     #[error("failed to write `{0}`")]
     SideOutput(String, #[source] std::io::Error),
-    #[error("the fast encoder disagrees with the `tokenizers` crate on {row}: {detail}; rebuild with `tokenizer.backend: hf` and report this row")]
+    #[error("the encoder disagrees with the `tokenizers` crate on {row}: {detail}; rebuild with `tokenizer.backend: hf` and `tokenizer.segment_cache: false`, and report this row")]
     EncoderMismatch { row: String, detail: String },
     #[error("the native template renderer disagrees with minijinja on {row}: {detail}; rebuild with `template.engine: minijinja` and report this row")]
     RendererMismatch { row: String, detail: String },

@@ -385,12 +385,32 @@ fn build_demo_variant(tmp: &Path, name: &str, backend: &str, template: &str) -> 
 fn fast_and_hf_backends_write_byte_identical_shards() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let mut shards = Vec::new();
-    for backend in ["hf", "fast"] {
-        let (_, m) = build_demo_variant(tmp.path(), backend, backend, "");
-        assert_eq!(m["encoder"]["used"], backend);
+    // The `tokenizers` crate with its segment cache (the default), without it, the fast encoder.
+    for (name, backend, cached) in [
+        ("hf", "hf", true),
+        ("hf-whole", "hf\n  segment_cache: false", false),
+        ("fast", "fast", false),
+    ] {
+        let backend = format!("{backend}\n  verify_percent: 100");
+        let (_, m) = build_demo_variant(tmp.path(), name, &backend, "");
+        assert_eq!(
+            m["encoder"]["used"],
+            &name[..name.find('-').unwrap_or(name.len())]
+        );
+        assert_eq!(m["encoder"]["segment_cache"], cached, "{name}");
+        // Anything but whole texts through the `tokenizers` crate is spot-checked against it.
+        let verified = m["encoder"]["verified_rows"]
+            .as_u64()
+            .expect("verified rows");
+        assert_eq!(
+            verified > 0,
+            name != "hf-whole",
+            "{name}: {verified} rows re-encoded"
+        );
         shards.push(m["shards"].clone());
     }
     assert_eq!(shards[0], shards[1]);
+    assert_eq!(shards[0], shards[2]);
 }
 
 #[test]

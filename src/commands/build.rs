@@ -206,8 +206,13 @@ pub fn processor(plan: &Plan) -> Result<(RowProcessor, BackendReport)> {
     )
     .with_context(|| format!("in template `{}`", plan.template.path.display()))?;
     let render_verify_basis_points = renderer.native().map(|_| plan.template.verify_basis_points);
-    let (tokenizer, report) =
+    let (mut tokenizer, mut report) =
         Tokenizer::load_with_backend(&plan.tokenizer_path, plan.tokenizer_backend)?;
+    // The fast encoder caches per word already; measured, segments on top of it cost more
+    // than they save.
+    if plan.segment_cache && report.used == Backend::Hf {
+        report.segment_cache = Some(tokenizer.cache_segments());
+    }
     let tokenizer = std::sync::Arc::new(tokenizer);
     let validator = Validator::new(&tokenizer.forbidden);
     let processor = RowProcessor {
@@ -218,7 +223,9 @@ pub fn processor(plan: &Plan) -> Result<(RowProcessor, BackendReport)> {
         max_tokens: plan.max_tokens,
         length_policy: plan.length_policy,
         min_supervised_tokens: plan.min_supervised_tokens,
-        verify_basis_points: (report.used == Backend::Fast).then_some(plan.verify_basis_points),
+        verify_basis_points: report
+            .needs_spot_checks()
+            .then_some(plan.verify_basis_points),
         render_verify_basis_points,
     };
     Ok((processor, report))
@@ -429,6 +436,7 @@ fn manifest(
         used: backend.used,
         fallback_reason: backend.fallback_reason.clone(),
         probe_texts: backend.probe_texts,
+        segment_cache: matches!(backend.segment_cache, Some(Ok(()))),
         verify_percent: f64::from(plan.verify_basis_points) / 100.0,
         verified_rows: sources.iter().map(|(_, s)| s.encoder_checked_rows).sum(),
         mismatches: 0,

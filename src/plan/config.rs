@@ -57,6 +57,11 @@ pub struct TokenizerConfig {
     /// re-checked against the `tokenizers` crate during a build; a difference stops the build.
     #[serde(default = "default_verify_percent")]
     pub verify_percent: f64,
+    /// With the `tokenizers` crate as encoder: encode each long segment that recurs from row
+    /// to row (a system prompt, tool schemas) once and reuse its ids (exact, and a share of
+    /// rows re-encoded whole to check it; `false` encodes every row whole).
+    #[serde(default = "default_true")]
+    pub segment_cache: bool,
 }
 
 #[derive(Debug, Deserialize)]

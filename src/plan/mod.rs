@@ -31,6 +31,8 @@ pub struct Plan {
     pub tokenizer_backend: crate::tokenize::Backend,
     /// Share of rows spot-checked against the `tokenizers` crate, in basis points.
     pub verify_basis_points: u32,
+    /// Whether recurring segments are encoded once (`tokenizer.segment_cache`).
+    pub segment_cache: bool,
     pub policy: RenderPolicy,
     pub max_tokens: usize,
     pub length_policy: LengthPolicy,
@@ -212,6 +214,7 @@ pub fn compile(path: &Path, access: HubAccess) -> Result<Plan, PlanError> {
             tokenizer_sha256,
             tokenizer_backend: config.tokenizer.backend,
             verify_basis_points: (config.tokenizer.verify_percent * 100.0).round() as u32,
+            segment_cache: config.tokenizer.segment_cache,
             policy: config.render.policy,
             max_tokens: config.max_tokens,
             length_policy: config.length_policy,

@@ -267,11 +267,12 @@ fn text_spans(text: &str, markers: &ChatMarkers, supervise: &Range<usize>) -> Ve
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use crate::tokenize::Tokenizer;
 
-    fn shipped() -> Tokenizer {
+    /// The shipped Qwen3.6 tokenizer, for the tokenize stage's tests.
+    pub(in crate::tokenize) fn shipped() -> Tokenizer {
         let path = concat!(
             env!("CARGO_MANIFEST_DIR"),
             "/templates/qwen3.6/tokenizer.json.zst"

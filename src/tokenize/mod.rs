@@ -8,6 +8,7 @@ pub mod fast;
 mod file;
 mod hf_load;
 pub mod mask;
+pub mod segments;
 mod vocab;
 
 pub use mask::{ChatMarkers, MaskError};
@@ -62,6 +63,17 @@ pub struct BackendReport {
     pub fallback_reason: Option<String>,
     /// Texts the fast encoder was compared with the `tokenizers` crate on before use.
     pub probe_texts: usize,
+    /// Whether recurring segments are encoded once ([`Tokenizer::cache_segments`]), or why
+    /// not; `None` when not asked for.
+    pub segment_cache: Option<Result<(), String>>,
+}
+
+impl BackendReport {
+    /// Whether the encoder is anything but the `tokenizers` crate on whole texts (so a share
+    /// of rows is re-encoded with it).
+    pub fn needs_spot_checks(&self) -> bool {
+        self.used == Backend::Fast || matches!(self.segment_cache, Some(Ok(())))
+    }
 }
 
 impl std::fmt::Display for BackendReport {
@@ -74,6 +86,11 @@ impl std::fmt::Display for BackendReport {
             ),
             (_, Some(reason)) => write!(f, "`tokenizers` crate (fast encoder not used: {reason})"),
             _ => write!(f, "`tokenizers` crate"),
+        }?;
+        match &self.segment_cache {
+            Some(Ok(())) => write!(f, ", recurring segments encoded once"),
+            Some(Err(reason)) => write!(f, ", no segment cache ({reason})"),
+            None => Ok(()),
         }
     }
 }
@@ -145,6 +162,7 @@ impl Tokenizer {
             used: Backend::Hf,
             fallback_reason: None,
             probe_texts: 0,
+            segment_cache: None,
         };
         let Some(parts) = fast_parts else {
             return Ok((tokenizer, report));
@@ -177,6 +195,18 @@ impl Tokenizer {
         added.sort();
         let probes = fast::self_check(&encoder, self.encoder.as_ref(), &added)?;
         Ok((encoder, probes))
+    }
+
+    /// Makes the encoder reuse the ids of long segments that recur from row to row (exact; see
+    /// `segments`). `Err` says why this tokenizer cannot, and leaves the encoder as it was.
+    pub fn cache_segments(&mut self) -> Result<(), String> {
+        let splitter = segments::splitter(&self.hf)?;
+        let placeholder = Box::new(HfEncoder {
+            tokenizer: std::sync::Arc::clone(&self.hf),
+        });
+        let inner = std::mem::replace(&mut self.encoder, placeholder);
+        self.encoder = Box::new(segments::SegmentCache::new(inner, splitter));
+        Ok(())
     }
 
     /// Encodes with the `tokenizers` crate whatever the backend, to spot-check the encoder.

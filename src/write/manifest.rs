@@ -100,6 +100,8 @@ pub struct Encoder {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub fallback_reason: Option<String>,
     pub probe_texts: usize,
+    /// Whether recurring segments were encoded once and their ids reused.
+    pub segment_cache: bool,
     pub verify_percent: f64,
     /// Source rows re-encoded with the `tokenizers` crate (all matched, or the build failed).
     pub verified_rows: u64,
