@@ -225,14 +225,14 @@ def main():
             encode_secs = tokens / (encode[key] * 1e6)
             print(f"raw encode ({key}): {encode[key]:.2f} M tok/s = {encode_secs:.1f}s; "
                   f"pipeline with it: {secs:.1f}s, overhead {secs / encode_secs - 1:+.1%}")
-            if key == "tokenizers":
-                print("  (whole texts, without the segment cache the build uses: the next line "
-                      "is the like-for-like overhead)")
-                continue
             paired = [f"{b[0]:.1f}s/{tokens / (r[key] * 1e6):.1f}s "
                       f"{b[0] * r[key] * 1e6 / tokens - 1:+.1%}"
                       for b, r in zip(runs[backend], rates)]
             print(f"  by round (pipeline/raw encode): {', '.join(paired)}")
+            if key == "tokenizers":
+                print("  (the `tokenizers` crate on whole texts, without the segment cache the "
+                      "build uses; the next line is the like-for-like overhead)")
+                continue
             # The same build's own account (`--timings`): CPU outside its encoder over CPU in
             # it, both measured in the one process, so immune to the machine's drift between
             # the build and the raw run; and its encoder's CPU against the raw encoding's.
@@ -259,18 +259,23 @@ def main():
                         print("  the fastest build's own account (--timings):")
                         print("\n".join("    " + line for line in fastest[3][2].splitlines()))
 
-    # Linearity in conversation length, with the default backend.
-    one = gen(args.python, 1, work / "synthetic-1.jsonl")
-    startup = min(build(chatshards, work, "startup", one, "auto", args.threads)[0] for _ in range(3))
+    # Linearity in conversation length, with the default backend: the wall time of each build's
+    # rows phase (`--timings`: every row read, rendered, encoded, masked and spilled) per token,
+    # best of three builds, so that neither the start-up nor the shard phase (fixed, and a
+    # large share of builds this short) nor one slow run weighs on the ratio.
     short_rows = max(4000, args.rows // 5)
     per_token = {}
     for turns, rows in ((4, short_rows), (80, max(5, short_rows // 20))):
         data_t = gen(args.python, rows, work / f"turns{turns}-{rows}.jsonl", turns)
-        secs, _, manifest, _ = build(chatshards, work, f"turns{turns}", data_t, "auto", args.threads)
-        per_token[turns] = (secs - startup) / manifest["tokens"] * 1e6
-        print(f"{turns:>2}-turn rows: {rows} rows, {manifest['tokens'] / 1e6:.1f} M tokens, "
-              f"{secs:.2f}s ({per_token[turns] * 1e3:.1f} ns/token after {startup:.2f}s start-up)")
-    note = "" if args.rows >= 50000 else " (small run: start-up dominates; use --rows 100000)"
+        builds = [build(chatshards, work, f"turns{turns}", data_t, "auto", args.threads)
+                  for _ in range(3)]
+        tokens = builds[0][2]["tokens"]
+        rows_phase = min(b[3][3]["rows"] for b in builds)
+        per_token[turns] = rows_phase / tokens * 1e6
+        print(f"{turns:>2}-turn rows: {rows} rows, {tokens / 1e6:.1f} M tokens, "
+              f"{min(b[0] for b in builds):.2f}s, rows phase {rows_phase:.2f}s "
+              f"({per_token[turns] * 1e3:.1f} ns/token), best of 3")
+    note = "" if args.rows >= 50000 else " (small run: use --rows 100000)"
     print(f"per-token cost, 80-turn / 4-turn: {per_token[80] / per_token[4]:.2f}x{note}")
 
     if args.memory_rows:
