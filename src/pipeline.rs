@@ -13,7 +13,7 @@ use crate::reject::{FilterReason, Reject, RejectReason, Skip};
 use crate::render::{plan_rows, Renderer};
 use crate::report::timings::{PoolStage, Timings};
 use crate::report::SourceStats;
-use crate::tokenize::{mask, Tokenizer};
+use crate::tokenize::{mask, Origin, Tokenizer};
 use crate::validate::Validator;
 use crate::write::{shuffle_key, Spill, TokenRow};
 use serde_json::Value;
@@ -41,8 +41,9 @@ pub struct RowProcessor {
     pub length_policy: LengthPolicy,
     pub min_supervised_tokens: usize,
     /// When the encoder is not the `tokenizers` crate on whole texts (the fast encoder, the
-    /// segment cache): the share of rows (in basis points,
-    /// chosen by a hash of the row id) also encoded with it; any difference stops the build.
+    /// segment cache): the share of rows (in basis points, chosen by a hash of the row id)
+    /// also encoded with it, where their ids are [`Origin::Derived`]; any difference stops the
+    /// build.
     pub verify_basis_points: Option<u32>,
     /// When the renderer evaluates the template natively: the share of rows (in basis points,
     /// chosen by a hash of the row id) also rendered with minijinja; any difference stops the
@@ -68,6 +69,8 @@ pub struct Tokenized {
     pub ids: Vec<u32>,
     pub mask: Vec<u8>,
     pub truncated: bool,
+    /// Where the encoder got the ids (a spot check re-encodes only derived ones).
+    pub origin: Origin,
 }
 
 impl Tokenized {
@@ -114,7 +117,7 @@ struct RenderedRow {
 
 /// Rendered rows encoded, up to the first failure (of the encoder, or else of the renderer).
 struct Encoded {
-    rows: Vec<(RenderedRow, Vec<u32>)>,
+    rows: Vec<(RenderedRow, Vec<u32>, Origin)>,
     failure: Option<Reject>,
 }
 
@@ -150,8 +153,8 @@ impl RowProcessor {
     fn encode_rows(&self, rendered: Rendered) -> Encoded {
         let mut rows = Vec::with_capacity(rendered.rows.len());
         for row in rendered.rows {
-            match self.tokenizer.encoder.encode(&row.text) {
-                Ok(ids) => rows.push((row, ids)),
+            match self.tokenizer.encoder.encode_traced(&row.text) {
+                Ok((ids, origin)) => rows.push((row, ids, origin)),
                 Err(e) => {
                     let failure = Some(Reject::new(RejectReason::Tokenize, e));
                     return Encoded { rows, failure };
@@ -167,7 +170,7 @@ impl RowProcessor {
     /// Masks and checks the encoded rows in order; the first failure, in row order, rejects.
     fn mask_rows(&self, encoded: Encoded) -> Result<Vec<Tokenized>, Reject> {
         let mut rows = Vec::with_capacity(encoded.rows.len());
-        for (row, ids) in encoded.rows {
+        for (row, ids, origin) in encoded.rows {
             let mask = self.mask(&row.text, &ids, &row.supervise)?;
             rows.push(Tokenized {
                 segment: row.segment,
@@ -175,6 +178,7 @@ impl RowProcessor {
                 ids,
                 mask,
                 truncated: false,
+                origin,
             });
         }
         match encoded.failure {
@@ -267,10 +271,11 @@ impl RowProcessor {
     /// renderer when asked, render, encode, mask (spot-checking the encoder when asked), apply
     /// the length rules. Each stage runs over the whole batch before the next, so that its code
     /// and tables stay in cache (the encoder evicts the token table the mask check reads), and
-    /// is timed as a whole.
+    /// is timed as a whole. Each row's `SpotChecks` is left saying which checks it got: an
+    /// encoder check is dropped for a row whose ids all came from the reference itself.
     pub fn process_batch(
         &self,
-        batch: &[(&Conversation, SpotChecks)],
+        batch: &mut [(&Conversation, SpotChecks)],
         timings: &Timings,
     ) -> Vec<Outcome<Vec<Tokenized>>> {
         type Step<T> = Result<T, Outcome<Vec<Tokenized>>>;
@@ -309,13 +314,14 @@ impl RowProcessor {
         let verified: Vec<Step<Vec<Tokenized>>> = timings.time(PoolStage::SpotChecks, || {
             masked
                 .into_iter()
-                .zip(batch)
-                .map(|(rows, &(_, checks))| {
+                .zip(batch.iter_mut())
+                .map(|(rows, (_, checks))| {
+                    let chosen = std::mem::take(&mut checks.encoder);
                     let rows = rows?;
-                    match checks.encoder {
-                        true => self.check_encoder(&rows).map(|()| rows),
-                        false => Ok(rows),
+                    if chosen {
+                        checks.encoder = self.check_encoder(&rows)?;
                     }
+                    Ok(rows)
                 })
                 .collect()
         });
@@ -327,9 +333,12 @@ impl RowProcessor {
         })
     }
 
-    /// Re-encodes the rows with the `tokenizers` crate and compares the ids.
-    fn check_encoder(&self, rows: &[Tokenized]) -> Result<(), Outcome<Vec<Tokenized>>> {
-        for row in rows {
+    /// Re-encodes the rows whose ids are derived with the `tokenizers` crate and compares the
+    /// ids; `Ok(false)` when no row was.
+    fn check_encoder(&self, rows: &[Tokenized]) -> Result<bool, Outcome<Vec<Tokenized>>> {
+        let mut checked = false;
+        for row in rows.iter().filter(|r| r.origin == Origin::Derived) {
+            checked = true;
             match self.tokenizer.reference_encode(&row.text) {
                 Ok(ids) if ids == row.ids => {}
                 Ok(ids) => {
@@ -342,7 +351,7 @@ impl RowProcessor {
                 Err(e) => return Err(Outcome::EncoderMismatch(e)),
             }
         }
-        Ok(())
+        Ok(checked)
     }
 
     /// The length rules over a conversation's rows: kept if any row is.
@@ -522,13 +531,16 @@ impl Stage<'_> {
                 }
             }
         }
-        let batch: Vec<_> = wanted
+        let mut batch: Vec<_> = wanted
             .iter()
             .map(|(_, _, c, checks)| (c, *checks))
             .collect();
-        let outcomes = self.processor.process_batch(&batch, self.timings);
+        let outcomes = self.processor.process_batch(&mut batch, self.timings);
+        // The checks each row got.
+        let checked: Vec<SpotChecks> = batch.into_iter().map(|(_, checks)| checks).collect();
         self.timings.time(PoolStage::Serialize, || {
-            for ((ready, id, conversation, checked), outcome) in wanted.into_iter().zip(outcomes) {
+            let rows = wanted.into_iter().zip(checked).zip(outcomes);
+            for (((ready, id, conversation, _), checked), outcome) in rows {
                 let outcome = outcome.map_kept(|rows| self.serialize(&id, &conversation, rows));
                 ready.work = Some(Worked { outcome, checked });
             }

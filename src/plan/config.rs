@@ -53,8 +53,9 @@ pub struct TokenizerConfig {
     /// `hf` (always the `tokenizers` crate) or `fast` (the fast encoder or an error).
     #[serde(default)]
     pub backend: crate::tokenize::Backend,
-    /// Percent of rows (chosen by a hash of the row id) that the fast encoder's ids are
-    /// re-checked against the `tokenizers` crate during a build; a difference stops the build.
+    /// Percent of rows (chosen by a hash of the row id) whose ids are re-checked against the
+    /// `tokenizers` crate encoding the whole text during a build, where they came from
+    /// anything else (the fast encoder, the segment cache); a difference stops the build.
     #[serde(default = "default_verify_percent")]
     pub verify_percent: f64,
     /// With the `tokenizers` crate as encoder: encode each long segment that recurs from row

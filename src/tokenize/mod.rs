@@ -20,6 +20,21 @@ use std::path::Path;
 /// tokenizer) and must not parallelise internally: the pipeline owns the thread pool.
 pub trait Encoder: Send + Sync {
     fn encode(&self, text: &str) -> Result<Vec<u32>, String>;
+
+    /// [`encode`](Self::encode), also saying where the ids came from: a spot check only tells
+    /// something about ids that are not the `tokenizers` crate's own for the whole text.
+    fn encode_traced(&self, text: &str) -> Result<(Vec<u32>, Origin), String> {
+        self.encode(text).map(|ids| (ids, Origin::Derived))
+    }
+}
+
+/// Where an encoding's ids came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Origin {
+    /// One call of the `tokenizers` crate on the whole text: the reference itself.
+    Reference,
+    /// Another encoder, or pieces of the text encoded apart: worth a spot check.
+    Derived,
 }
 
 /// The `tokenizers` crate backend.
@@ -30,6 +45,10 @@ pub struct HfEncoder {
 impl Encoder for HfEncoder {
     fn encode(&self, text: &str) -> Result<Vec<u32>, String> {
         hf_encode(&self.tokenizer, text)
+    }
+
+    fn encode_traced(&self, text: &str) -> Result<(Vec<u32>, Origin), String> {
+        self.encode(text).map(|ids| (ids, Origin::Reference))
     }
 }
 

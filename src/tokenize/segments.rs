@@ -11,7 +11,7 @@
 //! each stretch starting and ending at an added token, so its pieces are the same too. The
 //! build re-encodes a share of its rows without the cache, and checks every row's decode.
 
-use super::Encoder;
+use super::{Encoder, Origin};
 use aho_corasick::{AhoCorasick, AhoCorasickBuilder, MatchKind};
 use std::hash::BuildHasher;
 use std::sync::Mutex;
@@ -155,10 +155,16 @@ impl SegmentCache {
 
 impl Encoder for SegmentCache {
     fn encode(&self, text: &str) -> Result<Vec<u32>, String> {
+        self.encode_traced(text).map(|(ids, _)| ids)
+    }
+
+    /// The inner encoder's origin when no segment was served or cached (the text then went to
+    /// it whole, in one call), else [`Origin::Derived`].
+    fn encode_traced(&self, text: &str) -> Result<(Vec<u32>, Origin), String> {
         // One shard per pool thread, so the lock is never contended there.
         let index = rayon::current_thread_index().unwrap_or(0) % self.shards.len();
         let Ok(mut shard) = self.shards[index].lock() else {
-            return self.inner.encode(text);
+            return self.inner.encode_traced(text);
         };
         let mut out = Vec::with_capacity(text.len() / 3 + 4);
         let (mut pending, mut from) = (0, 0);
@@ -167,8 +173,13 @@ impl Encoder for SegmentCache {
             from = m.end();
         }
         self.segment(&mut shard, text, (from, text.len()), &mut pending, &mut out)?;
+        // `pending` moves only when a segment is served or cached.
+        if pending == 0 {
+            drop(shard);
+            return self.inner.encode_traced(text);
+        }
         self.encode_up_to(text, &mut pending, text.len(), &mut out)?;
-        Ok(out)
+        Ok((out, Origin::Derived))
     }
 }
 
@@ -258,6 +269,35 @@ mod tests {
             encoded(&third),
             third.len() - "system\n".len() - system.len()
         );
+    }
+
+    #[test]
+    fn only_texts_sent_whole_to_the_reference_are_reported_as_its_own() {
+        let t = shipped();
+        let cache = SegmentCache::new(Box::new(hf(&t)), splitter(&t.hf).expect("splitter"));
+        let system = "Always answer in French. ".repeat(20);
+        let row = |user: &str| {
+            format!("<|im_start|>system\n{system}<|im_end|>\n<|im_start|>user\n{user}<|im_end|>\n")
+        };
+        let origin = |text: &str| {
+            let (ids, origin) = cache.encode_traced(text).expect("encode");
+            assert_eq!(Ok(ids), t.reference_encode(text));
+            origin
+        };
+        // Seen once: sent whole. Seen again: encoded apart and cached. Then served.
+        assert_eq!(origin(&row("a")), Origin::Reference);
+        assert_eq!(origin(&row("b")), Origin::Derived);
+        assert_eq!(origin(&row("c")), Origin::Derived);
+        // Nothing of 256 bytes or more between added tokens: sent whole.
+        assert_eq!(
+            origin("<|im_start|>user\nhi<|im_end|>\n"),
+            Origin::Reference
+        );
+        // Sent whole to an encoder that is not the reference: still derived.
+        let other = Counting(hf(&t), Arc::default());
+        let cache = SegmentCache::new(Box::new(other), splitter(&t.hf).expect("splitter"));
+        let (_, origin) = cache.encode_traced(&row("a")).expect("encode");
+        assert_eq!(origin, Origin::Derived);
     }
 
     #[test]

@@ -103,7 +103,8 @@ pub struct Encoder {
     /// Whether recurring segments were encoded once and their ids reused.
     pub segment_cache: bool,
     pub verify_percent: f64,
-    /// Source rows re-encoded with the `tokenizers` crate (all matched, or the build failed).
+    /// Source rows re-encoded with the `tokenizers` crate (all matched, or the build failed):
+    /// of those chosen, the ones whose ids came from anything but the crate on the whole text.
     pub verified_rows: u64,
     pub mismatches: u64,
 }
