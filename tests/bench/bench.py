@@ -26,6 +26,7 @@ import json
 import os
 import re
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -225,10 +226,14 @@ def main():
             encode_secs = tokens / (encode[key] * 1e6)
             print(f"raw encode ({key}): {encode[key]:.2f} M tok/s = {encode_secs:.1f}s; "
                   f"pipeline with it: {secs:.1f}s, overhead {secs / encode_secs - 1:+.1%}")
-            paired = [f"{b[0]:.1f}s/{tokens / (r[key] * 1e6):.1f}s "
-                      f"{b[0] * r[key] * 1e6 / tokens - 1:+.1%}"
-                      for b, r in zip(runs[backend], rates)]
+            ratios = [b[0] * r[key] * 1e6 / tokens - 1 for b, r in zip(runs[backend], rates)]
+            paired = [f"{b[0]:.1f}s/{tokens / (r[key] * 1e6):.1f}s {ratio:+.1%}"
+                      for b, r, ratio in zip(runs[backend], rates, ratios)]
             print(f"  by round (pipeline/raw encode): {', '.join(paired)}")
+            # Each round's build and raw encoding run minutes apart at most, so the median of
+            # the rounds' ratios is the least moved by the VM's drift; best against best pairs
+            # the luckiest run of each side, whenever each came.
+            print(f"  median of the rounds: {statistics.median(ratios):+.1%}")
             if key == "tokenizers":
                 print("  (the `tokenizers` crate on whole texts, without the segment cache the "
                       "build uses; the next line is the like-for-like overhead)")
