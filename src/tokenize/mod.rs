@@ -228,6 +228,11 @@ impl Tokenizer {
         Ok(())
     }
 
+    /// The `tokenizers` crate's tokenizer this one was loaded with (the reference encoder).
+    pub fn reference(&self) -> std::sync::Arc<tokenizers::Tokenizer> {
+        std::sync::Arc::clone(&self.hf)
+    }
+
     /// Encodes with the `tokenizers` crate whatever the backend, to spot-check the encoder.
     pub fn reference_encode(&self, text: &str) -> Result<Vec<u32>, String> {
         hf_encode(&self.hf, text)
