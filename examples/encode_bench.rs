@@ -147,10 +147,18 @@ fn main() -> Result<()> {
 
     // The tokenizer loaded as a build loads it, timed: raw encoding needs it too, so the
     // pipeline's overhead is what a build adds to loading the tokenizer and encoding.
-    let timed_load = |backend: Backend| -> Result<(Tokenizer, f64)> {
-        let start = Instant::now();
+    let cpu = || process_cpu().map_or(f64::NAN, |d| d.as_secs_f64());
+    let timed_load = |backend: Backend| -> Result<(Tokenizer, Best)> {
+        let (start, cpu_start) = (Instant::now(), cpu());
         let (tokenizer, _) = Tokenizer::load_with_backend(&args.tokenizer, backend)?;
-        Ok((tokenizer, start.elapsed().as_secs_f64()))
+        let secs = start.elapsed().as_secs_f64();
+        Ok((
+            tokenizer,
+            Best {
+                secs,
+                cpu: cpu() - cpu_start,
+            },
+        ))
     };
     let (loaded, hf_load) = timed_load(Backend::Hf)?;
     let (_, fast_load) = timed_load(Backend::Fast)?;
@@ -180,7 +188,10 @@ fn main() -> Result<()> {
     );
     // Each backend's load as a build does it (`backend: hf`; `backend: fast`, which also
     // builds and probes the fast encoder).
-    println!("tokenizer load: tokenizers {hf_load:.3} s, fast {fast_load:.3} s");
+    println!(
+        "tokenizer load: tokenizers {:.3} s {:.2} CPU-s, fast {:.3} s {:.2} CPU-s",
+        hf_load.secs, hf_load.cpu, fast_load.secs, fast_load.cpu
+    );
 
     // The reference ids and time; with --fast-only, the fast encoder's own ids (untimed).
     let (want, hf_best) = if args.fast_only {

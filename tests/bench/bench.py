@@ -174,6 +174,7 @@ def main():
     rates = []  # per round: encoder name -> raw M tokens/s
     raw_cpu = []  # per round: encoder name -> CPU seconds of the raw encoding
     loads = []  # per round: encoder name -> seconds to load the tokenizer as a build does
+    load_cpu = []  # per round: encoder name -> CPU seconds of that load
     for _ in range(args.repeat):
         for backend in runs:
             runs[backend].append(build(chatshards, work, backend, data, backend, args.threads))
@@ -183,9 +184,11 @@ def main():
                       for m in re.finditer(r"^(\w+)\s.*?([\d.]+) M tokens/s", out, re.M)})
         raw_cpu.append({m.group(1): float(m.group(2))
                         for m in re.finditer(r"^(\w+)\s.*?([\d.]+) CPU-s", out, re.M)})
-        m = re.search(r"^tokenizer load: tokenizers ([\d.]+) s, fast ([\d.]+) s", out, re.M)
-        hf_load, fast_load = (float(m.group(1)), float(m.group(2))) if m else (0.0, 0.0)
+        m = re.search(r"^tokenizer load: tokenizers ([\d.]+) s ([\d.]+) CPU-s, "
+                      r"fast ([\d.]+) s ([\d.]+) CPU-s", out, re.M)
+        hf_load, hf_cpu, fast_load, fast_cpu = map(float, m.groups()) if m else (0.0,) * 4
         loads.append({"fast": fast_load, "tokenizers": hf_load, "segment_cached": hf_load})
+        load_cpu.append({"fast": fast_cpu, "tokenizers": hf_cpu, "segment_cached": hf_cpu})
     encode = {key: max(r[key] for r in rates) for key in rates[0]}
     results = {}
     for backend, rs in runs.items():
@@ -252,6 +255,11 @@ def main():
             if cpu:
                 rounds = ", ".join(f"{(total - enc) / enc:+.1%}" for (total, enc, _, _), _ in cpu)
                 print(f"  in-process CPU outside the encoder over CPU in it, by round: {rounds}")
+                # Less the tokenizer's load, which the raw side now pays too (its CPU measured
+                # in the raw run of the same round).
+                rounds = ", ".join(f"{(b[3][0] - b[3][1] - lc[key]) / b[3][1]:+.1%}"
+                                   for b, lc in zip(runs[backend], load_cpu) if b[3])
+                print(f"  the same, less the tokenizer's load, by round: {rounds}")
                 encs = ", ".join(f"{enc:.1f}/{raw:.1f}" for (_, enc, _, _), raw in cpu if raw)
                 print(f"  encoder CPU-s in the build / raw encoding, by round: {encs}")
                 # The rows phase alone (reading to spilling, all rows through the pool), without
