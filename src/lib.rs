@@ -13,6 +13,7 @@ pub mod hub;
 pub mod pipeline;
 pub mod plan;
 pub mod printer;
+pub mod process;
 pub mod progress;
 pub mod read;
 pub mod reject;

@@ -3,7 +3,7 @@
 //! (token ids), never by chatshards.
 
 use chatshards::adapt::{Adapter, OpenAiAdapter, Repairs};
-use chatshards::pipeline::RowProcessor;
+use chatshards::process::RowProcessor;
 use chatshards::plan::config::{LengthPolicy, RenderPolicy};
 use chatshards::render::{plan_rows, Engine, Renderer};
 use chatshards::tokenize::Tokenizer;

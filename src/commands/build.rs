@@ -1,6 +1,7 @@
 //! `chatshards build PIPELINE.yaml`
 
-use crate::pipeline::{self, RowProcessor, Sinks};
+use crate::pipeline::{self, Sinks};
+use crate::process::RowProcessor;
 use crate::plan::{self, sha256_hex, HubAccess, Plan};
 use crate::printer::Printer;
 use crate::progress::BuildProgress;

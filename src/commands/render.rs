@@ -5,7 +5,7 @@
 //! as given: no validation repairs, no length rules.
 
 use crate::adapt::{Adapter, OpenAiAdapter, Repairs};
-use crate::pipeline::{RowProcessor, Tokenized};
+use crate::process::{RowProcessor, Tokenized};
 use crate::plan::config::{LengthPolicy, RenderPolicy};
 use crate::printer::Printer;
 use crate::reject::{Reject, RejectReason};
