@@ -1,9 +1,9 @@
 //! `chatshards build PIPELINE.yaml`
 
 use crate::pipeline::{self, Sinks};
-use crate::process::RowProcessor;
 use crate::plan::{self, sha256_hex, HubAccess, Plan};
 use crate::printer::Printer;
+use crate::process::RowProcessor;
 use crate::progress::BuildProgress;
 use crate::render::Renderer;
 use crate::report::timings::{Phase, Timings};

@@ -5,9 +5,9 @@
 //! as given: no validation repairs, no length rules.
 
 use crate::adapt::{Adapter, OpenAiAdapter, Repairs};
-use crate::process::{RowProcessor, Tokenized};
 use crate::plan::config::{LengthPolicy, RenderPolicy};
 use crate::printer::Printer;
+use crate::process::{RowProcessor, Tokenized};
 use crate::reject::{Reject, RejectReason};
 use crate::render::Renderer;
 use crate::tokenize::Tokenizer;

@@ -1,25 +1,36 @@
-//! Curate stage: exact deduplication across sources, in input order (first occurrence wins),
-//! keyed on the normalized conversation.
+//! Curate stage: the steps that decide which rows a build keeps, each a pure function of a row
+//! (or of compact per-row records), in the order the pipeline applies them:
+//!
+//! 1. [`filters`]: content filters (turns, characters, language, regex, repetition) before
+//!    rendering; token filters after tokenizing.
+//! 2. [`exact`]: exact duplicates by fingerprint of the conversation or of its prompt; the
+//!    first position survives.
+//! 3. [`near_dup`]: MinHash + LSH near-duplicates, grouped by union-find; the smallest position
+//!    of a group survives.
+//! 4. [`decontaminate`]: rows sharing an n-gram with a benchmark item.
+//! 5. [`select`]: `take` and `mix` over the surviving rows, by seeded selection keys.
+//!
+//! [`text`] holds the text scopes and the normalization the steps share. Every persisted or
+//! order-deciding hash is xxh3-64 with an explicit seed or SHA-256.
+
+pub mod decontaminate;
+pub mod exact;
+pub mod filters;
+pub mod near_dup;
+pub mod select;
+pub mod text;
+
+pub use exact::Fingerprint;
 
 use crate::conversation::Conversation;
-use sha2::{Digest, Sha256};
 use std::collections::HashSet;
 
-pub type Fingerprint = [u8; 16];
-
-/// A 128-bit fingerprint of the normalized conversation (messages and tools).
+/// The whole-conversation fingerprint ([`exact::fingerprint`] with [`exact::DedupKey::Conversation`]).
 pub fn fingerprint(conversation: &Conversation) -> Fingerprint {
-    let mut hasher = Sha256::new();
-    // Serializing a derive(Serialize) struct of strings and JSON values cannot fail.
-    if let Ok(bytes) = serde_json::to_vec(conversation) {
-        hasher.update(bytes);
-    }
-    let digest = hasher.finalize();
-    let mut out = [0u8; 16];
-    out.copy_from_slice(&digest[..16]);
-    out
+    exact::fingerprint(conversation, exact::DedupKey::Conversation)
 }
 
+/// Fingerprints seen so far, for the streaming build (superseded by [`exact::ExactIndex`]).
 #[derive(Default)]
 pub struct Deduper {
     seen: HashSet<Fingerprint>,

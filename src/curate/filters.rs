@@ -1,0 +1,779 @@
+//! Row filters declared in YAML, globally and per source. Each filter is counted under
+//! `filtered.<name>` (its `name:`, by default its kind) with a reason naming the value that failed.
+//!
+//! Content filters (`turns`, `assistant_chars`, `language`, `regex`, `repetition`) look only at
+//! the conversation and run before rendering; token filters (`tokens`, `supervised_tokens`) run
+//! after tokenizing. Global filters run before a source's own, each in the order written, and a
+//! row is counted under the first one that drops it.
+
+use super::text::{self, Scope};
+use crate::conversation::{Conversation, Role};
+use regex::RegexSet;
+use serde::Deserialize;
+use std::collections::{BTreeMap, HashMap, HashSet};
+
+/// One item of a `filters:` list: a map with one key, the filter's kind.
+#[derive(Deserialize, Debug, Clone, PartialEq)]
+#[serde(rename_all = "snake_case")]
+pub enum FilterConfig {
+    /// Number of user and assistant messages (system and tool messages are not turns).
+    Turns(RangeFilter),
+    /// Characters (Unicode scalar values) of every assistant turn: content, reasoning and
+    /// tool-call arguments, as in [`text::scope_text`].
+    AssistantChars(RangeFilter),
+    Language(LanguageFilter),
+    Regex(RegexFilter),
+    Repetition(RepetitionFilter),
+    /// Tokens of the rendered row.
+    Tokens(RangeFilter),
+    /// Supervised (loss-masked) tokens of the rendered row.
+    SupervisedTokens(RangeFilter),
+}
+
+/// `{min, max}`, both inclusive, either optional.
+#[derive(Deserialize, Debug, Clone, PartialEq, Eq, Default)]
+#[serde(deny_unknown_fields)]
+pub struct RangeFilter {
+    #[serde(default)]
+    pub name: Option<String>,
+    #[serde(default)]
+    pub min: Option<u64>,
+    #[serde(default)]
+    pub max: Option<u64>,
+}
+
+/// Keeps rows whose text is in one of `keep` (ISO 639-1 codes such as `en`, `zh`, or whatlang's
+/// ISO 639-3 codes such as `eng`, `cmn`) detected with at least `min_confidence` (0 to 1).
+#[derive(Deserialize, Debug, Clone, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct LanguageFilter {
+    #[serde(default)]
+    pub name: Option<String>,
+    pub keep: Vec<String>,
+    #[serde(default)]
+    pub min_confidence: f64,
+    /// Default `user`: the prompt's language is the conversation's, and code in answers
+    /// confuses language detection.
+    #[serde(default = "user_scope")]
+    pub scope: Scope,
+}
+
+/// Drops rows whose text matches any `exclude` pattern, or (when `include` is given) matches
+/// none of the `include` patterns. Patterns are Rust `regex` syntax; `(?i)` for case-insensitive.
+#[derive(Deserialize, Debug, Clone, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct RegexFilter {
+    #[serde(default)]
+    pub name: Option<String>,
+    #[serde(default)]
+    pub include: Vec<String>,
+    #[serde(default)]
+    pub exclude: Vec<String>,
+    /// Default `all`.
+    #[serde(default)]
+    pub scope: Scope,
+}
+
+/// Gopher-style repetition rules (Rae et al. 2021, table A1; thresholds as in datatrove's
+/// `GopherRepetitionFilter`). A row is dropped when any fraction exceeds its maximum; `null`
+/// turns a rule off. Lines are compared trimmed, and lines without a letter or digit (blank
+/// lines, lone braces) are not counted; paragraphs are separated by blank lines; n-grams are of
+/// normalized words ([`text::normalize`]) and character fractions count word characters.
+#[derive(Deserialize, Debug, Clone, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct RepetitionFilter {
+    #[serde(default)]
+    pub name: Option<String>,
+    /// Default `assistant`: the model learns to produce what the answers contain.
+    #[serde(default = "assistant_scope")]
+    pub scope: Scope,
+    /// Lines that repeat an earlier line, over all lines.
+    #[serde(default = "some_0_3")]
+    pub max_duplicate_line_fraction: Option<f64>,
+    /// Characters in repeated lines, over all line characters.
+    #[serde(default = "some_0_2")]
+    pub max_duplicate_line_char_fraction: Option<f64>,
+    #[serde(default = "some_0_3")]
+    pub max_duplicate_paragraph_fraction: Option<f64>,
+    #[serde(default = "some_0_2")]
+    pub max_duplicate_paragraph_char_fraction: Option<f64>,
+    /// n → maximum share of characters in the most frequent n-gram (counted when it occurs
+    /// more than once; ties: the longest). Giving the map replaces all of it.
+    #[serde(default = "default_top_ngrams")]
+    pub max_top_ngram_char_fraction: BTreeMap<usize, f64>,
+    /// n → maximum share of characters in n-grams that repeat an earlier n-gram (scanned left
+    /// to right, a repeat skipping its n words, as datatrove does).
+    #[serde(default = "default_duplicate_ngrams")]
+    pub max_duplicate_ngram_char_fraction: BTreeMap<usize, f64>,
+}
+
+impl Default for RepetitionFilter {
+    fn default() -> Self {
+        RepetitionFilter {
+            name: None,
+            scope: Scope::Assistant,
+            max_duplicate_line_fraction: Some(0.3),
+            max_duplicate_line_char_fraction: Some(0.2),
+            max_duplicate_paragraph_fraction: Some(0.3),
+            max_duplicate_paragraph_char_fraction: Some(0.2),
+            max_top_ngram_char_fraction: default_top_ngrams(),
+            max_duplicate_ngram_char_fraction: default_duplicate_ngrams(),
+        }
+    }
+}
+
+fn user_scope() -> Scope {
+    Scope::User
+}
+fn assistant_scope() -> Scope {
+    Scope::Assistant
+}
+fn some_0_3() -> Option<f64> {
+    Some(0.3)
+}
+fn some_0_2() -> Option<f64> {
+    Some(0.2)
+}
+fn default_top_ngrams() -> BTreeMap<usize, f64> {
+    [(2, 0.2), (3, 0.18), (4, 0.16)].into_iter().collect()
+}
+fn default_duplicate_ngrams() -> BTreeMap<usize, f64> {
+    [
+        (5, 0.15),
+        (6, 0.14),
+        (7, 0.13),
+        (8, 0.12),
+        (9, 0.11),
+        (10, 0.10),
+    ]
+    .into_iter()
+    .collect()
+}
+
+/// Why a filter dropped a row.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Dropped {
+    /// The filter's name: the row is counted as `filtered.<name>`.
+    pub filter: String,
+    /// What failed, e.g. `language zh (0.93) not in [en]`.
+    pub detail: String,
+}
+
+/// The filters of one source (global ones first), checked and ready to run.
+#[derive(Debug, Default)]
+pub struct Filters {
+    content: Vec<Named<ContentCheck>>,
+    tokens: Vec<Named<TokenCheck>>,
+    /// Every name, in the order written (global first), without repeats.
+    names: Vec<String>,
+}
+
+#[derive(Debug)]
+struct Named<T> {
+    name: String,
+    check: T,
+}
+
+#[derive(Debug)]
+enum ContentCheck {
+    Turns(Bounds),
+    AssistantChars(Bounds),
+    Language {
+        keep: Vec<whatlang::Lang>,
+        min_confidence: f64,
+        scope: Scope,
+    },
+    Regex {
+        include: Option<(RegexSet, Vec<String>)>,
+        exclude: Option<(RegexSet, Vec<String>)>,
+        scope: Scope,
+    },
+    Repetition(Box<RepetitionFilter>),
+}
+
+#[derive(Debug)]
+enum TokenCheck {
+    Tokens(Bounds),
+    Supervised(Bounds),
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Bounds {
+    min: Option<u64>,
+    max: Option<u64>,
+}
+
+impl Bounds {
+    fn new(r: &RangeFilter) -> Result<Self, String> {
+        match (r.min, r.max) {
+            (None, None) => Err("give `min`, `max` or both".into()),
+            (Some(min), Some(max)) if min > max => Err(format!("min {min} > max {max}")),
+            (min, max) => Ok(Bounds { min, max }),
+        }
+    }
+
+    /// `None` when `value` is in range, else the reason.
+    fn check(self, value: u64, what: &str) -> Option<String> {
+        if let Some(min) = self.min.filter(|&min| value < min) {
+            return Some(format!("{what} {value} < min {min}"));
+        }
+        if let Some(max) = self.max.filter(|&max| value > max) {
+            return Some(format!("{what} {value} > max {max}"));
+        }
+        None
+    }
+}
+
+impl FilterConfig {
+    /// The kind, as written in the YAML: the default name.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            FilterConfig::Turns(_) => "turns",
+            FilterConfig::AssistantChars(_) => "assistant_chars",
+            FilterConfig::Language(_) => "language",
+            FilterConfig::Regex(_) => "regex",
+            FilterConfig::Repetition(_) => "repetition",
+            FilterConfig::Tokens(_) => "tokens",
+            FilterConfig::SupervisedTokens(_) => "supervised_tokens",
+        }
+    }
+
+    /// The count key: `name:` or the kind.
+    pub fn name(&self) -> &str {
+        let name = match self {
+            FilterConfig::Turns(r)
+            | FilterConfig::AssistantChars(r)
+            | FilterConfig::Tokens(r)
+            | FilterConfig::SupervisedTokens(r) => &r.name,
+            FilterConfig::Language(l) => &l.name,
+            FilterConfig::Regex(r) => &r.name,
+            FilterConfig::Repetition(r) => &r.name,
+        };
+        name.as_deref().unwrap_or(self.kind())
+    }
+}
+
+impl Filters {
+    /// Checks and compiles `global` then `source`. Errors name the filter: a bad pattern, an
+    /// unknown language code, min > max, a threshold out of range, or two filters of one list
+    /// with the same name.
+    pub fn compile(global: &[FilterConfig], source: &[FilterConfig]) -> Result<Filters, String> {
+        let mut filters = Filters::default();
+        for (list, configs) in [("global", global), ("source", source)] {
+            let mut seen = HashSet::new();
+            for config in configs {
+                let name = config.name();
+                if !valid_name(name) {
+                    return Err(format!(
+                        "filter name `{name}`: use letters, digits, `_` and `-`"
+                    ));
+                }
+                if !seen.insert(name) {
+                    return Err(format!(
+                        "two {list} filters are named `{name}`: give each a distinct `name:`"
+                    ));
+                }
+                filters
+                    .add(config)
+                    .map_err(|e| format!("filter `{name}` ({}): {e}", config.kind()))?;
+                if !filters.names.iter().any(|n| n == name) {
+                    filters.names.push(name.to_string());
+                }
+            }
+        }
+        Ok(filters)
+    }
+
+    fn add(&mut self, config: &FilterConfig) -> Result<(), String> {
+        let name = config.name().to_string();
+        let content = match config {
+            FilterConfig::Tokens(r) => {
+                let check = TokenCheck::Tokens(Bounds::new(r)?);
+                self.tokens.push(Named { name, check });
+                return Ok(());
+            }
+            FilterConfig::SupervisedTokens(r) => {
+                let check = TokenCheck::Supervised(Bounds::new(r)?);
+                self.tokens.push(Named { name, check });
+                return Ok(());
+            }
+            FilterConfig::Turns(r) => ContentCheck::Turns(Bounds::new(r)?),
+            FilterConfig::AssistantChars(r) => ContentCheck::AssistantChars(Bounds::new(r)?),
+            FilterConfig::Language(l) => {
+                if l.keep.is_empty() {
+                    return Err("`keep` lists no language".into());
+                }
+                if !(0.0..=1.0).contains(&l.min_confidence) {
+                    return Err(format!(
+                        "min_confidence {} is not between 0 and 1",
+                        l.min_confidence
+                    ));
+                }
+                let keep = l
+                    .keep
+                    .iter()
+                    .map(|code| {
+                        lang_from_code(code).ok_or_else(|| {
+                            format!(
+                                "unknown language code `{code}` (ISO 639-1 such as `en`, or \
+                                 639-3 such as `eng`; supported: {})",
+                                LANGS.iter().map(|(c, _)| *c).collect::<Vec<_>>().join(", ")
+                            )
+                        })
+                    })
+                    .collect::<Result<Vec<_>, _>>()?;
+                ContentCheck::Language {
+                    keep,
+                    min_confidence: l.min_confidence,
+                    scope: l.scope,
+                }
+            }
+            FilterConfig::Regex(r) => {
+                if r.include.is_empty() && r.exclude.is_empty() {
+                    return Err("give `include`, `exclude` or both".into());
+                }
+                let set = |patterns: &[String]| -> Result<_, String> {
+                    if patterns.is_empty() {
+                        return Ok(None);
+                    }
+                    for p in patterns {
+                        regex::Regex::new(p).map_err(|e| format!("pattern `{p}`: {e}"))?;
+                    }
+                    let set = RegexSet::new(patterns).map_err(|e| e.to_string())?;
+                    Ok(Some((set, patterns.to_vec())))
+                };
+                ContentCheck::Regex {
+                    include: set(&r.include)?,
+                    exclude: set(&r.exclude)?,
+                    scope: r.scope,
+                }
+            }
+            FilterConfig::Repetition(r) => {
+                let all = [
+                    ("max_duplicate_line_fraction", r.max_duplicate_line_fraction),
+                    (
+                        "max_duplicate_line_char_fraction",
+                        r.max_duplicate_line_char_fraction,
+                    ),
+                    (
+                        "max_duplicate_paragraph_fraction",
+                        r.max_duplicate_paragraph_fraction,
+                    ),
+                    (
+                        "max_duplicate_paragraph_char_fraction",
+                        r.max_duplicate_paragraph_char_fraction,
+                    ),
+                ];
+                for (field, value) in all {
+                    if let Some(v) = value.filter(|v| !(0.0..=1.0).contains(v)) {
+                        return Err(format!("{field} {v} is not between 0 and 1"));
+                    }
+                }
+                for (field, map) in [
+                    (
+                        "max_top_ngram_char_fraction",
+                        &r.max_top_ngram_char_fraction,
+                    ),
+                    (
+                        "max_duplicate_ngram_char_fraction",
+                        &r.max_duplicate_ngram_char_fraction,
+                    ),
+                ] {
+                    for (&n, &v) in map {
+                        if !(1..=64).contains(&n) {
+                            return Err(format!("{field}: n = {n} is not between 1 and 64"));
+                        }
+                        if !(0.0..=1.0).contains(&v) {
+                            return Err(format!("{field}: {n}: {v} is not between 0 and 1"));
+                        }
+                    }
+                }
+                ContentCheck::Repetition(Box::new(r.clone()))
+            }
+        };
+        self.content.push(Named {
+            name,
+            check: content,
+        });
+        Ok(())
+    }
+
+    /// The first content filter that drops `c`, if any.
+    pub fn check_content(&self, c: &Conversation) -> Result<(), Dropped> {
+        for f in &self.content {
+            if let Some(detail) = f.check.check(c) {
+                return Err(Dropped {
+                    filter: f.name.clone(),
+                    detail,
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// The first token filter that drops a row of `seq_len` tokens, `supervised` of them
+    /// supervised.
+    pub fn check_tokens(&self, seq_len: usize, supervised: usize) -> Result<(), Dropped> {
+        for f in &self.tokens {
+            let detail = match f.check {
+                TokenCheck::Tokens(b) => b.check(seq_len as u64, "tokens"),
+                TokenCheck::Supervised(b) => b.check(supervised as u64, "supervised tokens"),
+            };
+            if let Some(detail) = detail {
+                return Err(Dropped {
+                    filter: f.name.clone(),
+                    detail,
+                });
+            }
+        }
+        Ok(())
+    }
+
+    pub fn has_content_filters(&self) -> bool {
+        !self.content.is_empty()
+    }
+
+    pub fn has_token_filters(&self) -> bool {
+        !self.tokens.is_empty()
+    }
+
+    /// Every filter's count key (global first, in the order written), so a manifest can list
+    /// the filters that dropped nothing.
+    pub fn names(&self) -> Vec<String> {
+        self.names.clone()
+    }
+}
+
+fn valid_name(name: &str) -> bool {
+    !name.is_empty()
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+}
+
+impl ContentCheck {
+    fn check(&self, c: &Conversation) -> Option<String> {
+        match self {
+            ContentCheck::Turns(b) => {
+                let turns = c
+                    .messages
+                    .iter()
+                    .filter(|m| matches!(m.role, Role::User | Role::Assistant))
+                    .count();
+                b.check(turns as u64, "turns")
+            }
+            ContentCheck::AssistantChars(b) => c
+                .messages
+                .iter()
+                .filter(|m| m.role == Role::Assistant)
+                .enumerate()
+                .find_map(|(i, m)| {
+                    let chars = text::message_text(m).chars().count() as u64;
+                    b.check(chars, &format!("assistant turn {} characters", i + 1))
+                }),
+            ContentCheck::Language {
+                keep,
+                min_confidence,
+                scope,
+            } => {
+                let text = text::scope_text(c, *scope);
+                let Some(info) = whatlang::detect(&text) else {
+                    return Some(format!("no language detected in {} text", scope.as_str()));
+                };
+                let (lang, confidence) = (info.lang(), info.confidence());
+                if !keep.contains(&lang) {
+                    let keep: Vec<&str> = keep.iter().map(|&l| lang_code(l)).collect();
+                    return Some(format!(
+                        "language {} ({confidence:.2}) not in [{}]",
+                        lang_code(lang),
+                        keep.join(", ")
+                    ));
+                }
+                if confidence < *min_confidence {
+                    return Some(format!(
+                        "language {} confidence {confidence:.2} < {min_confidence}",
+                        lang_code(lang)
+                    ));
+                }
+                None
+            }
+            ContentCheck::Regex {
+                include,
+                exclude,
+                scope,
+            } => {
+                let text = text::scope_text(c, *scope);
+                if let Some((set, patterns)) = exclude {
+                    if let Some(i) = set.matches(&text).iter().next() {
+                        return Some(format!("matches exclude pattern `{}`", patterns[i]));
+                    }
+                }
+                if let Some((set, _)) = include {
+                    if !set.is_match(&text) {
+                        return Some(format!(
+                            "{} text matches no include pattern",
+                            scope.as_str()
+                        ));
+                    }
+                }
+                None
+            }
+            ContentCheck::Repetition(r) => repetition(r, &text::scope_text(c, r.scope)),
+        }
+    }
+}
+
+/// The first repetition rule `text` breaks.
+fn repetition(r: &RepetitionFilter, text: &str) -> Option<String> {
+    let lines: Vec<&str> = text
+        .split('\n')
+        .map(str::trim)
+        .filter(|l| l.chars().any(char::is_alphanumeric))
+        .collect();
+    repetition_rules(r, text, &lines)
+}
+
+fn repetition_rules(r: &RepetitionFilter, text: &str, lines: &[&str]) -> Option<String> {
+    let over = |what: &str, value: f64, max: Option<f64>| -> Option<String> {
+        max.filter(|&max| value > max)
+            .map(|max| format!("{what} {value:.3} > {max}"))
+    };
+    if !lines.is_empty() {
+        let (dup, dup_chars, chars) = duplicates(lines);
+        if let Some(d) = over(
+            "duplicate line fraction",
+            dup as f64 / lines.len() as f64,
+            r.max_duplicate_line_fraction,
+        ) {
+            return Some(d);
+        }
+        if let Some(d) = over(
+            "duplicate line character fraction",
+            dup_chars as f64 / chars.max(1) as f64,
+            r.max_duplicate_line_char_fraction,
+        ) {
+            return Some(d);
+        }
+    }
+    let paragraphs = paragraphs(text);
+    if !paragraphs.is_empty() {
+        let refs: Vec<&str> = paragraphs.iter().map(String::as_str).collect();
+        let (dup, dup_chars, chars) = duplicates(&refs);
+        if let Some(d) = over(
+            "duplicate paragraph fraction",
+            dup as f64 / refs.len() as f64,
+            r.max_duplicate_paragraph_fraction,
+        ) {
+            return Some(d);
+        }
+        if let Some(d) = over(
+            "duplicate paragraph character fraction",
+            dup_chars as f64 / chars.max(1) as f64,
+            r.max_duplicate_paragraph_char_fraction,
+        ) {
+            return Some(d);
+        }
+    }
+    if r.max_top_ngram_char_fraction.is_empty() && r.max_duplicate_ngram_char_fraction.is_empty() {
+        return None;
+    }
+    let normalized = text::normalize(text);
+    let words: Vec<&str> = text::words(&normalized).collect();
+    let lens: Vec<usize> = words.iter().map(|w| w.chars().count()).collect();
+    let total: usize = lens.iter().sum();
+    if total == 0 {
+        return None;
+    }
+    for (&n, &max) in &r.max_top_ngram_char_fraction {
+        let chars = top_ngram_chars(&words, &lens, n);
+        if let Some(d) = over(
+            &format!("top {n}-gram character fraction"),
+            chars as f64 / total as f64,
+            Some(max),
+        ) {
+            return Some(d);
+        }
+    }
+    for (&n, &max) in &r.max_duplicate_ngram_char_fraction {
+        let chars = duplicate_ngram_chars(&words, &lens, n);
+        if let Some(d) = over(
+            &format!("duplicate {n}-gram character fraction"),
+            chars as f64 / total as f64,
+            Some(max),
+        ) {
+            return Some(d);
+        }
+    }
+    None
+}
+
+/// (items repeating an earlier item, their characters, all characters).
+fn duplicates(items: &[&str]) -> (usize, usize, usize) {
+    let mut seen = HashSet::with_capacity(items.len());
+    let (mut dup, mut dup_chars, mut chars) = (0, 0, 0);
+    for item in items {
+        let n = item.chars().count();
+        chars += n;
+        if !seen.insert(*item) {
+            dup += 1;
+            dup_chars += n;
+        }
+    }
+    (dup, dup_chars, chars)
+}
+
+/// Runs of lines separated by blank lines, lines trimmed and joined by `\n`; paragraphs without
+/// a letter or digit are left out.
+fn paragraphs(text: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut current: Vec<&str> = Vec::new();
+    for line in text.split('\n').map(str::trim).chain(std::iter::once("")) {
+        if line.is_empty() {
+            if current.iter().any(|l| l.chars().any(char::is_alphanumeric)) {
+                out.push(current.join("\n"));
+            }
+            current.clear();
+        } else {
+            current.push(line);
+        }
+    }
+    out
+}
+
+/// Characters of the most frequent n-gram times its count, when it occurs more than once (ties:
+/// the one with the most characters).
+fn top_ngram_chars(words: &[&str], lens: &[usize], n: usize) -> usize {
+    if n == 0 || words.len() < n {
+        return 0;
+    }
+    let mut counts: HashMap<&[&str], (usize, usize)> = HashMap::new();
+    for i in 0..=words.len() - n {
+        let chars: usize = lens[i..i + n].iter().sum();
+        counts.entry(&words[i..i + n]).or_insert((0, chars)).0 += 1;
+    }
+    counts
+        .values()
+        .filter(|(count, _)| *count > 1)
+        .max_by_key(|&&(count, chars)| (count, chars))
+        .map_or(0, |&(count, chars)| count * chars)
+}
+
+/// Characters of n-grams repeating an earlier n-gram, scanning left to right and skipping the n
+/// words of each repeat (datatrove's `find_all_duplicate`).
+fn duplicate_ngram_chars(words: &[&str], lens: &[usize], n: usize) -> usize {
+    if n == 0 || words.len() < n {
+        return 0;
+    }
+    let mut seen: HashSet<&[&str]> = HashSet::new();
+    let (mut repeated, mut i) = (0, 0);
+    while i + n <= words.len() {
+        let gram = &words[i..i + n];
+        if seen.contains(gram) {
+            repeated += lens[i..i + n].iter().sum::<usize>();
+            i += n;
+        } else {
+            seen.insert(gram);
+            i += 1;
+        }
+    }
+    repeated
+}
+
+/// whatlang's languages with their ISO 639-1 codes (all of its languages have one).
+const LANGS: &[(&str, whatlang::Lang)] = {
+    use whatlang::Lang::*;
+    &[
+        ("af", Afr),
+        ("ak", Aka),
+        ("am", Amh),
+        ("ar", Ara),
+        ("az", Aze),
+        ("be", Bel),
+        ("bg", Bul),
+        ("bn", Ben),
+        ("ca", Cat),
+        ("cs", Ces),
+        ("cy", Cym),
+        ("da", Dan),
+        ("de", Deu),
+        ("el", Ell),
+        ("en", Eng),
+        ("eo", Epo),
+        ("es", Spa),
+        ("et", Est),
+        ("fa", Pes),
+        ("fi", Fin),
+        ("fr", Fra),
+        ("gu", Guj),
+        ("he", Heb),
+        ("hi", Hin),
+        ("hr", Hrv),
+        ("hu", Hun),
+        ("hy", Hye),
+        ("id", Ind),
+        ("it", Ita),
+        ("ja", Jpn),
+        ("jv", Jav),
+        ("ka", Kat),
+        ("km", Khm),
+        ("kn", Kan),
+        ("ko", Kor),
+        ("la", Lat),
+        ("lt", Lit),
+        ("lv", Lav),
+        ("mk", Mkd),
+        ("ml", Mal),
+        ("mr", Mar),
+        ("my", Mya),
+        ("nb", Nob),
+        ("ne", Nep),
+        ("nl", Nld),
+        ("or", Ori),
+        ("pa", Pan),
+        ("pl", Pol),
+        ("pt", Por),
+        ("ro", Ron),
+        ("ru", Rus),
+        ("si", Sin),
+        ("sk", Slk),
+        ("sl", Slv),
+        ("sn", Sna),
+        ("sr", Srp),
+        ("sv", Swe),
+        ("ta", Tam),
+        ("te", Tel),
+        ("th", Tha),
+        ("tk", Tuk),
+        ("tl", Tgl),
+        ("tr", Tur),
+        ("uk", Ukr),
+        ("ur", Urd),
+        ("uz", Uzb),
+        ("vi", Vie),
+        ("yi", Yid),
+        ("zh", Cmn),
+        ("zu", Zul),
+    ]
+};
+
+/// A language from an ISO 639-1 code, `no` (Norwegian, detected as Bokmål) or an ISO 639-3
+/// code as whatlang spells it; case-insensitive.
+fn lang_from_code(code: &str) -> Option<whatlang::Lang> {
+    let code = code.to_ascii_lowercase();
+    if code == "no" {
+        return Some(whatlang::Lang::Nob);
+    }
+    LANGS
+        .iter()
+        .find(|(c, _)| *c == code)
+        .map(|(_, l)| *l)
+        .or_else(|| whatlang::Lang::from_code(code))
+}
+
+/// The ISO 639-1 code of a detected language.
+fn lang_code(lang: whatlang::Lang) -> &'static str {
+    LANGS
+        .iter()
+        .find(|(_, l)| *l == lang)
+        .map_or(lang.code(), |(c, _)| c)
+}

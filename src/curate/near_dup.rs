@@ -1,0 +1,369 @@
+//! Near-duplicate detection: MinHash signatures over shingles of a text scope, banded for LSH.
+//!
+//! Two rows are candidates when they share a band; near-duplicate groups are the connected
+//! components of that relation (union-find), and each group's survivor is its smallest row
+//! (position order), so the result does not depend on the order rows are inserted in.
+//!
+//! Hashing (all stable and specified):
+//! - a shingle (a run of `n` normalized words joined by one space, or of `n` characters of the
+//!   normalized text, see [`text::normalize`]) hashes to `h = xxh3_64(shingle, seed) mod p`,
+//!   `p = 2^61 - 1`;
+//! - permutation `k` (of `bands × rows`) maps it to `(a_k·h + b_k) mod p` (universal hashing, as
+//!   datatrove), with `a_k = 1 + xxh3_64("a" ‖ k, seed) mod (p - 1)` and
+//!   `b_k = xxh3_64("b" ‖ k, seed) mod p` (`k` as 8 little-endian bytes); the signature keeps
+//!   each permutation's minimum;
+//! - band `j` hashes its `rows` minima (8 little-endian bytes each) with `xxh3_64(·, seed)`.
+//!
+//! A text with fewer words (characters) than `n` but at least one is one shingle of all of it;
+//! a text with none has no signature and matches nothing.
+//!
+//! Defaults: 5-word shingles, 22 bands × 12 rows (264 permutations). The chance that a pair at
+//! Jaccard similarity J becomes a candidate is 1 − (1 − J^12)^22: 0.966 at J = 0.85, 0.99 at
+//! 0.9, 0.5 near J = 0.76, 0.0054 at J = 0.5; the implied threshold (1/22)^(1/12) ≈ 0.773. The
+//! state is 22 × 8 = 176 bytes a row.
+
+use super::text::{self, Scope};
+use crate::conversation::Conversation;
+use serde::Deserialize;
+use xxhash_rust::xxh3::xxh3_64_with_seed;
+
+/// `near_dup:` in the YAML.
+#[derive(Deserialize, Debug, Clone, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct NearDupConfig {
+    /// Which turns are compared. Default `all`.
+    #[serde(default)]
+    pub scope: Scope,
+    /// `{words: n}` (default 5) or `{chars: n}`.
+    #[serde(default)]
+    pub shingle: Shingle,
+    #[serde(default = "default_bands")]
+    pub bands: usize,
+    #[serde(default = "default_rows")]
+    pub rows: usize,
+    #[serde(default)]
+    pub seed: u64,
+}
+
+impl Default for NearDupConfig {
+    fn default() -> Self {
+        NearDupConfig {
+            scope: Scope::All,
+            shingle: Shingle::default(),
+            bands: default_bands(),
+            rows: default_rows(),
+            seed: 0,
+        }
+    }
+}
+
+fn default_bands() -> usize {
+    22
+}
+fn default_rows() -> usize {
+    12
+}
+
+#[derive(Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum Shingle {
+    /// Runs of n normalized words.
+    Words(usize),
+    /// Runs of n characters of the normalized text.
+    Chars(usize),
+}
+
+impl Default for Shingle {
+    fn default() -> Self {
+        Shingle::Words(5)
+    }
+}
+
+impl NearDupConfig {
+    /// Checks the numbers; the message names the field.
+    pub fn check(&self) -> Result<(), String> {
+        let n = match self.shingle {
+            Shingle::Words(n) | Shingle::Chars(n) => n,
+        };
+        if n == 0 {
+            return Err("near_dup: `shingle` length must be at least 1".into());
+        }
+        if self.bands == 0 || self.rows == 0 {
+            return Err("near_dup: `bands` and `rows` must be at least 1".into());
+        }
+        if self.bands * self.rows > 4096 {
+            return Err(format!(
+                "near_dup: bands × rows = {} is more than 4096 permutations",
+                self.bands * self.rows
+            ));
+        }
+        Ok(())
+    }
+
+    /// The chance that a pair at Jaccard similarity `j` shares a band: 1 − (1 − j^r)^b.
+    pub fn candidate_probability(&self, j: f64) -> f64 {
+        1.0 - (1.0 - j.powi(self.rows as i32)).powi(self.bands as i32)
+    }
+
+    /// The similarity where the S-curve rises steepest, about (1/b)^(1/r).
+    pub fn threshold(&self) -> f64 {
+        (1.0 / self.bands as f64).powf(1.0 / self.rows as f64)
+    }
+}
+
+const P: u64 = (1 << 61) - 1;
+
+/// `x mod p` for `x < 2^122 + 2^61`.
+fn mod_p(x: u128) -> u64 {
+    let folded = (x & P as u128) as u64 + (x >> 61) as u64;
+    let folded = (folded & P) + (folded >> 61);
+    if folded >= P {
+        folded - P
+    } else {
+        folded
+    }
+}
+
+/// Computes band hashes of conversations under one config.
+#[derive(Debug, Clone)]
+pub struct MinHasher {
+    scope: Scope,
+    shingle: Shingle,
+    bands: usize,
+    rows: usize,
+    seed: u64,
+    /// (a_k, b_k) per permutation.
+    perms: Vec<(u64, u64)>,
+}
+
+impl MinHasher {
+    /// The config must have passed [`NearDupConfig::check`].
+    pub fn new(config: &NearDupConfig) -> Self {
+        let seed = config.seed;
+        let perms = (0..(config.bands * config.rows) as u64)
+            .map(|k| {
+                let tagged = |tag: u8| {
+                    let mut bytes = [0u8; 9];
+                    bytes[0] = tag;
+                    bytes[1..].copy_from_slice(&k.to_le_bytes());
+                    xxh3_64_with_seed(&bytes, seed)
+                };
+                (1 + tagged(b'a') % (P - 1), tagged(b'b') % P)
+            })
+            .collect();
+        MinHasher {
+            scope: config.scope,
+            shingle: config.shingle,
+            bands: config.bands,
+            rows: config.rows,
+            seed,
+            perms,
+        }
+    }
+
+    pub fn band_count(&self) -> usize {
+        self.bands
+    }
+
+    /// The band hashes of `c`'s scope text, or `None` when it has no shingle.
+    pub fn bands(&self, c: &Conversation) -> Option<Box<[u64]>> {
+        self.bands_of_text(&text::scope_text(c, self.scope))
+    }
+
+    /// The band hashes of a raw text (normalized here).
+    pub fn bands_of_text(&self, raw: &str) -> Option<Box<[u64]>> {
+        let signature = self.signature(&text::normalize(raw))?;
+        let mut bytes = Vec::with_capacity(self.rows * 8);
+        let bands = signature
+            .chunks_exact(self.rows)
+            .map(|band| {
+                bytes.clear();
+                for v in band {
+                    bytes.extend_from_slice(&v.to_le_bytes());
+                }
+                xxh3_64_with_seed(&bytes, self.seed)
+            })
+            .collect();
+        Some(bands)
+    }
+
+    /// The MinHash signature of normalized text: one minimum per permutation.
+    pub fn signature(&self, normalized: &str) -> Option<Vec<u64>> {
+        let mut mins = vec![u64::MAX; self.perms.len()];
+        let mut any = false;
+        for_each_shingle(normalized, self.shingle, &mut |shingle| {
+            any = true;
+            let h = xxh3_64_with_seed(shingle.as_bytes(), self.seed) % P;
+            for (m, &(a, b)) in mins.iter_mut().zip(&self.perms) {
+                let v = mod_p(a as u128 * h as u128 + b as u128);
+                if v < *m {
+                    *m = v;
+                }
+            }
+        });
+        any.then_some(mins)
+    }
+}
+
+/// Calls `f` with every shingle of normalized text: contiguous slices of it, so nothing is
+/// allocated per shingle.
+pub fn for_each_shingle(normalized: &str, shingle: Shingle, f: &mut dyn FnMut(&str)) {
+    match shingle {
+        Shingle::Words(n) => {
+            // Byte ranges of the words: normalized text is words joined by single spaces.
+            let spans = word_spans(normalized);
+            if spans.is_empty() {
+                return;
+            }
+            if spans.len() < n {
+                f(normalized);
+                return;
+            }
+            for i in 0..=spans.len() - n {
+                f(&normalized[spans[i].0..spans[i + n - 1].1]);
+            }
+        }
+        Shingle::Chars(n) => {
+            let starts: Vec<usize> = normalized.char_indices().map(|(i, _)| i).collect();
+            if starts.is_empty() {
+                return;
+            }
+            if starts.len() < n {
+                f(normalized);
+                return;
+            }
+            for i in 0..=starts.len() - n {
+                let end = starts.get(i + n).copied().unwrap_or(normalized.len());
+                f(&normalized[starts[i]..end]);
+            }
+        }
+    }
+}
+
+/// Byte ranges of the space-separated words of normalized text.
+pub fn word_spans(normalized: &str) -> Vec<(usize, usize)> {
+    let mut spans = Vec::new();
+    let mut start = 0;
+    for (i, b) in normalized.bytes().enumerate() {
+        if b == b' ' {
+            if i > start {
+                spans.push((start, i));
+            }
+            start = i + 1;
+        }
+    }
+    if normalized.len() > start {
+        spans.push((start, normalized.len()));
+    }
+    spans
+}
+
+/// The band hashes of every row with a signature, and the candidate relation over them.
+///
+/// Memory: `bands × 8` bytes a row (row-major, indexed by row) plus a bit a row for presence;
+/// [`NearDupIndex::survivors`] adds 4 bytes a row (union-find parents) and, one band at a time,
+/// 16 bytes a row (the band's (hash, row) pairs, sorted).
+#[derive(Debug, Clone)]
+pub struct NearDupIndex {
+    bands: usize,
+    hashes: Vec<u64>,
+    present: Vec<u64>,
+}
+
+impl NearDupIndex {
+    pub fn new(bands: usize) -> Self {
+        NearDupIndex {
+            bands: bands.max(1),
+            hashes: Vec::new(),
+            present: Vec::new(),
+        }
+    }
+
+    /// An index with room for `rows` rows, so that it never grows past them.
+    pub fn with_rows(bands: usize, rows: u32) -> Self {
+        let mut index = NearDupIndex::new(bands);
+        index.hashes.reserve_exact(rows as usize * index.bands);
+        index.present.reserve_exact((rows as usize).div_ceil(64));
+        index
+    }
+
+    /// Records `row`'s band hashes (rows in any order; inserting a row again replaces it).
+    /// `bands` must have the index's band count (a [`MinHasher`] of the same config).
+    pub fn insert(&mut self, row: u32, bands: &[u64]) {
+        assert_eq!(
+            bands.len(),
+            self.bands,
+            "band count differs from the index's"
+        );
+        let row = row as usize;
+        let end = (row + 1) * self.bands;
+        if self.hashes.len() < end {
+            self.hashes.resize(end, 0);
+        }
+        self.hashes[row * self.bands..end].copy_from_slice(bands);
+        let word = row / 64;
+        if self.present.len() <= word {
+            self.present.resize(word + 1, 0);
+        }
+        self.present[word] |= 1 << (row % 64);
+    }
+
+    fn is_present(&self, row: usize) -> bool {
+        self.present
+            .get(row / 64)
+            .is_some_and(|w| w & (1 << (row % 64)) != 0)
+    }
+
+    /// Bytes held, for reports.
+    pub fn heap_bytes(&self) -> usize {
+        self.hashes.capacity() * 8 + self.present.capacity() * 8
+    }
+
+    /// For each of `rows` rows, the smallest row of its group: itself when it survives. Rows
+    /// never inserted are their own group.
+    pub fn survivors(self, rows: u32) -> Vec<u32> {
+        let stored = self.hashes.len() / self.bands;
+        let n = (rows as usize).max(stored);
+        let mut parent: Vec<u32> = (0..n as u32).collect();
+        let mut pairs: Vec<(u64, u32)> = Vec::with_capacity(stored);
+        for band in 0..self.bands {
+            pairs.clear();
+            pairs.extend(
+                (0..stored)
+                    .filter(|&row| self.is_present(row))
+                    .map(|row| (self.hashes[row * self.bands + band], row as u32)),
+            );
+            pairs.sort_unstable();
+            for w in pairs.windows(2) {
+                if w[0].0 == w[1].0 {
+                    union(&mut parent, w[0].1, w[1].1);
+                }
+            }
+        }
+        drop(pairs);
+        drop(self.hashes);
+        let mut out: Vec<u32> = (0..n as u32).map(|row| find(&mut parent, row)).collect();
+        out.truncate(rows as usize);
+        out
+    }
+}
+
+/// The root of `x`, halving the path on the way.
+fn find(parent: &mut [u32], mut x: u32) -> u32 {
+    while parent[x as usize] != x {
+        let grand = parent[parent[x as usize] as usize];
+        parent[x as usize] = grand;
+        x = grand;
+    }
+    x
+}
+
+/// Joins the groups of `a` and `b` under the smaller root, so every root is its group's
+/// smallest row.
+fn union(parent: &mut [u32], a: u32, b: u32) {
+    let (ra, rb) = (find(parent, a), find(parent, b));
+    if ra != rb {
+        let (lo, hi) = if ra < rb { (ra, rb) } else { (rb, ra) };
+        parent[hi as usize] = lo;
+    }
+}

@@ -1,0 +1,214 @@
+//! The text that curation steps look at: a role scope of a conversation, and one normalization
+//! shared by near-duplicate detection and decontamination.
+
+use crate::conversation::{Conversation, Message, Role};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use unicode_normalization_alignments::UnicodeNormalization;
+
+/// Which turns a step reads. Each step documents its own default (see its config).
+#[derive(Deserialize, Serialize, Clone, Copy, Debug, PartialEq, Eq, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum Scope {
+    /// User turns (tool responses wrapped as user turns included).
+    User,
+    /// Assistant turns: content, reasoning, and tool-call arguments.
+    Assistant,
+    /// System turns.
+    System,
+    /// The prompt side: system and user turns.
+    Prompt,
+    /// Every turn, tool responses included (not the tool schemas).
+    #[default]
+    All,
+}
+
+impl Scope {
+    /// Whether a message of `role` belongs to the scope.
+    pub fn includes(self, role: Role) -> bool {
+        match self {
+            Scope::User => role == Role::User,
+            Scope::Assistant => role == Role::Assistant,
+            Scope::System => role == Role::System,
+            Scope::Prompt => matches!(role, Role::System | Role::User),
+            Scope::All => true,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Scope::User => "user",
+            Scope::Assistant => "assistant",
+            Scope::System => "system",
+            Scope::Prompt => "prompt",
+            Scope::All => "all",
+        }
+    }
+}
+
+/// The texts of the scope's turns joined by `"\n"`, in message order.
+///
+/// A message contributes its content, then (assistant turns) its reasoning, then each tool call's
+/// argument values (strings as they are, other JSON values compactly serialized): code written
+/// through a tool call is the model's output as much as code in the content. Tool names and
+/// argument keys are left out: they are schema, not text. Empty parts are skipped.
+pub fn scope_text(c: &Conversation, scope: Scope) -> String {
+    let mut out = String::new();
+    for m in c.messages.iter().filter(|m| scope.includes(m.role)) {
+        push_message(&mut out, m);
+    }
+    out
+}
+
+/// The texts of one message, as [`scope_text`] joins them.
+pub fn message_text(m: &Message) -> String {
+    let mut out = String::new();
+    push_message(&mut out, m);
+    out
+}
+
+fn push_message(out: &mut String, m: &Message) {
+    push_part(out, &m.content);
+    if let Some(r) = &m.reasoning {
+        push_part(out, r);
+    }
+    for call in &m.tool_calls {
+        for value in call.arguments.values() {
+            match value {
+                Value::String(s) => push_part(out, s),
+                other => push_part(out, &other.to_string()),
+            }
+        }
+    }
+}
+
+fn push_part(out: &mut String, part: &str) {
+    if part.is_empty() {
+        return;
+    }
+    if !out.is_empty() {
+        out.push('\n');
+    }
+    out.push_str(part);
+}
+
+/// Normalizes text for matching: Unicode NFKC, then lowercase, then every character that is not
+/// alphanumeric becomes a separator (punctuation, symbols, whitespace, control characters), runs
+/// of separators collapse to one space, and the result is trimmed. Han, Hiragana and Katakana
+/// characters each stand as a word of their own, since those scripts do not separate words with
+/// spaces.
+///
+/// `"Hello,  WORLD!\n ｆｏｏ_bar"` → `"hello world foo bar"`.
+pub fn normalize(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    // Whether a separator is owed before the next word character.
+    let mut gap = false;
+    for (c, _) in text.nfkc() {
+        if !c.is_alphanumeric() {
+            gap = !out.is_empty();
+            continue;
+        }
+        let single = is_unspaced_script(c);
+        if (gap || single) && !out.is_empty() && !out.ends_with(' ') {
+            out.push(' ');
+        }
+        gap = single;
+        out.extend(c.to_lowercase());
+    }
+    out
+}
+
+/// The words of [`normalize`]d text.
+pub fn words(normalized: &str) -> impl Iterator<Item = &str> {
+    normalized.split(' ').filter(|w| !w.is_empty())
+}
+
+/// Han ideographs, Hiragana and Katakana: scripts written without spaces between words.
+fn is_unspaced_script(c: char) -> bool {
+    matches!(c as u32,
+        0x3040..=0x30FF        // Hiragana, Katakana
+        | 0x3400..=0x4DBF      // CJK Extension A
+        | 0x4E00..=0x9FFF      // CJK Unified Ideographs
+        | 0xF900..=0xFAFF      // CJK Compatibility Ideographs
+        | 0x20000..=0x3134F    // CJK Extensions B..G
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::conversation::ToolCall;
+    use indexmap::IndexMap;
+    use serde_json::json;
+
+    fn sample() -> Conversation {
+        let mut args = IndexMap::new();
+        args.insert("code".to_string(), json!("print(1)"));
+        args.insert("n".to_string(), json!(3));
+        Conversation {
+            messages: vec![
+                Message::system("Be brief."),
+                Message::user("Hi?"),
+                Message::assistant("Hello.")
+                    .with_reasoning(Some("greet".into()))
+                    .with_tool_calls(vec![ToolCall {
+                        id: None,
+                        name: "python".into(),
+                        arguments: args,
+                    }]),
+                Message::tool("1"),
+                Message::user("Bye"),
+                Message::assistant(""),
+            ],
+            tools: vec![json!({"type": "function"})],
+        }
+    }
+
+    #[test]
+    fn scopes_pick_their_turns() {
+        let c = sample();
+        assert_eq!(scope_text(&c, Scope::User), "Hi?\nBye");
+        assert_eq!(scope_text(&c, Scope::System), "Be brief.");
+        assert_eq!(scope_text(&c, Scope::Prompt), "Be brief.\nHi?\nBye");
+        assert_eq!(
+            scope_text(&c, Scope::Assistant),
+            "Hello.\ngreet\nprint(1)\n3"
+        );
+        assert_eq!(
+            scope_text(&c, Scope::All),
+            "Be brief.\nHi?\nHello.\ngreet\nprint(1)\n3\n1\nBye"
+        );
+    }
+
+    #[test]
+    fn scope_names_match_the_yaml() {
+        for s in [
+            Scope::User,
+            Scope::Assistant,
+            Scope::System,
+            Scope::Prompt,
+            Scope::All,
+        ] {
+            let parsed: Scope = serde_yaml_ng::from_str(s.as_str()).expect("scope");
+            assert_eq!(parsed, s);
+        }
+        assert!(serde_yaml_ng::from_str::<Scope>("tool").is_err());
+    }
+
+    #[test]
+    fn normalization() {
+        assert_eq!(
+            normalize("Hello,  WORLD!\n ｆｏｏ_bar"),
+            "hello world foo bar"
+        );
+        assert_eq!(normalize("  ...  "), "");
+        assert_eq!(normalize("Ⅻ ﬁne ½"), "xii fine 1 2");
+        assert_eq!(normalize("Straße ÉCOLE"), "straße école");
+        assert_eq!(normalize("我爱Rust语言!"), "我 爱 rust 语 言");
+        assert_eq!(normalize("日本語です"), "日 本 語 で す");
+        assert_eq!(normalize("def f(x):\n\treturn x+1"), "def f x return x 1");
+        let n = normalize("a  b\tc");
+        assert_eq!(words(&n).collect::<Vec<_>>(), ["a", "b", "c"]);
+        assert_eq!(words("").count(), 0);
+    }
+}
