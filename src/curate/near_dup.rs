@@ -64,13 +64,37 @@ fn default_rows() -> usize {
     12
 }
 
-#[derive(Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
-#[serde(rename_all = "snake_case")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Shingle {
     /// Runs of n normalized words.
     Words(usize),
     /// Runs of n characters of the normalized text.
     Chars(usize),
+}
+
+// By hand: serde_yaml_ng reads derived enums only from `!tag` syntax; `{words: 5}` reads better.
+impl<'de> Deserialize<'de> for Shingle {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(deny_unknown_fields)]
+        struct Form {
+            words: Option<usize>,
+            chars: Option<usize>,
+        }
+        match Form::deserialize(deserializer)? {
+            Form {
+                words: Some(n),
+                chars: None,
+            } => Ok(Shingle::Words(n)),
+            Form {
+                words: None,
+                chars: Some(n),
+            } => Ok(Shingle::Chars(n)),
+            _ => Err(serde::de::Error::custom(
+                "`shingle` is {words: n} or {chars: n}",
+            )),
+        }
+    }
 }
 
 impl Default for Shingle {

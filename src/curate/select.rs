@@ -482,3 +482,440 @@ impl Source<'_, '_> {
         Some(next)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `n` rows of `amount` each, ids `s:f:i:0`.
+    fn rows(prefix: &str, amounts: &[u64]) -> Vec<(u64, String)> {
+        amounts
+            .iter()
+            .enumerate()
+            .map(|(i, &a)| (a, format!("{prefix}:f:{i}:0")))
+            .collect()
+    }
+
+    fn view(rows: &[(u64, String)]) -> Vec<(u64, &str)> {
+        rows.iter().map(|(a, s)| (*a, s.as_str())).collect()
+    }
+
+    fn supply<'a>(
+        name: &'a str,
+        weight: Option<f64>,
+        take: Option<u64>,
+        known: &'a [(u64, &'a str)],
+    ) -> Supply<'a> {
+        Supply {
+            name,
+            weight,
+            take,
+            known,
+            complete: true,
+        }
+    }
+
+    fn mix(target: MixTarget, total: u64) -> MixConfig {
+        MixConfig {
+            target,
+            total,
+            shortfall: Shortfall::Fail,
+            max_repeats: None,
+        }
+    }
+
+    fn originals(a: &[Allocation]) -> Vec<usize> {
+        a.iter().map(|a| a.originals).collect()
+    }
+
+    #[test]
+    fn keys_are_stable_and_unambiguous() {
+        // Independent values: Python `xxhash.xxh3_64_intdigest(bytes, seed)` over the same
+        // length-prefixed encoding (tests/oracle/select_keys.py).
+        assert_eq!(sel_key(0, "src", "a.jsonl", 7), SEL_GOLDEN);
+        assert_eq!(repeat_key(42, 2, "src:a.jsonl:7:0"), REPEAT_GOLDEN);
+        assert_ne!(sel_key(0, "ab", "c", 0), sel_key(0, "a", "bc", 0));
+        assert_ne!(sel_key(0, "a", "b", 1), sel_key(1, "a", "b", 1));
+        assert_ne!(sel_key(0, "a", "b", 1), sel_key(0, "a", "b", 2));
+        assert_ne!(repeat_key(0, 1, "x"), repeat_key(0, 2, "x"));
+    }
+
+    const SEL_GOLDEN: u64 = 9_389_147_417_266_797_520;
+    const REPEAT_GOLDEN: u64 = 1_699_266_550_756_252_866;
+
+    #[test]
+    fn without_a_mix_take_is_a_cap() {
+        let a = rows("a", &[1; 5]);
+        let a = view(&a);
+        let got = allocate(
+            None,
+            0,
+            &[supply("a", None, Some(3), &a), supply("b", None, None, &a)],
+        )
+        .expect("allocates");
+        assert_eq!(originals(&got), [3, 5]);
+        assert_eq!((got[0].quota, got[0].realized), (3, 3));
+        let got = allocate(None, 0, &[supply("a", None, Some(9), &a)]).expect("allocates");
+        assert_eq!((got[0].quota, got[0].originals, got[0].realized), (9, 5, 5));
+        // Incomplete supplies ask for more.
+        let partial = Supply {
+            complete: false,
+            ..supply("a", None, Some(9), &a)
+        };
+        assert_eq!(
+            allocate(None, 0, &[partial]),
+            Err(AllocError::NeedMore { source: 0, rows: 4 })
+        );
+        let partial = Supply {
+            complete: false,
+            ..supply("a", None, Some(5), &a)
+        };
+        assert_eq!(
+            originals(&allocate(None, 0, &[partial]).expect("enough")),
+            [5]
+        );
+        let all = Supply {
+            complete: false,
+            ..supply("a", None, None, &a)
+        };
+        assert_eq!(
+            allocate(None, 0, &[all]),
+            Err(AllocError::NeedMore {
+                source: 0,
+                rows: usize::MAX
+            })
+        );
+    }
+
+    #[test]
+    fn largest_remainder_adds_up_with_ties_by_order() {
+        assert_eq!(largest_remainder(10, &[1.0, 1.0, 1.0]), [4, 3, 3]);
+        assert_eq!(largest_remainder(11, &[1.0, 1.0, 1.0]), [4, 4, 3]);
+        assert_eq!(largest_remainder(7, &[0.5, 0.3, 0.2]), [4, 2, 1]);
+        assert_eq!(largest_remainder(0, &[1.0, 2.0]), [0, 0]);
+        assert_eq!(
+            largest_remainder(913_786, &[0.3, 0.3, 0.4]),
+            [274_136, 274_136, 365_514]
+        );
+        for total in [1u64, 2, 99, 1000, 913_786, 10_000_000_019] {
+            for w in [
+                &[1.0, 2.0, 3.0][..],
+                &[0.1, 0.7, 0.2, 1e-9],
+                &[1.0 / 3.0; 7],
+            ] {
+                let s = largest_remainder(total, w);
+                assert_eq!(s.iter().sum::<u64>(), total, "{total} {w:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_row_mix_meets_its_total_exactly() {
+        let a = rows("a", &[1; 100]);
+        let b = rows("b", &[1; 100]);
+        let c = rows("c", &[1; 100]);
+        let (a, b, c) = (view(&a), view(&b), view(&c));
+        let m = mix(MixTarget::Rows, 10);
+        let got = allocate(
+            Some(&m),
+            0,
+            &[
+                supply("a", Some(1.0), None, &a),
+                supply("b", Some(1.0), None, &b),
+                supply("c", Some(1.0), None, &c),
+            ],
+        )
+        .expect("allocates");
+        assert_eq!(originals(&got), [4, 3, 3]);
+        assert_eq!(got.iter().map(|a| a.quota).collect::<Vec<_>>(), [4, 3, 3]);
+        // A take is served first; the rest is shared by weight.
+        let m = mix(MixTarget::Rows, 20);
+        let got = allocate(
+            Some(&m),
+            0,
+            &[
+                supply("a", Some(3.0), None, &a),
+                supply("b", None, Some(5), &b),
+                supply("c", Some(1.0), None, &c),
+            ],
+        )
+        .expect("allocates");
+        // 15 shared 3:1 → 11.25, 3.75 → 11, 4 (largest remainder to c).
+        assert_eq!(originals(&got), [11, 5, 4]);
+        assert_eq!(got.iter().map(|a| a.realized).sum::<u64>(), 20);
+    }
+
+    #[test]
+    fn a_token_mix_takes_the_crossing_row() {
+        let a = rows("a", &[10, 10, 10, 10, 10]);
+        let b = rows("b", &[7, 7, 7, 7, 7, 7]);
+        let (a, b) = (view(&a), view(&b));
+        let m = mix(MixTarget::Tokens, 50);
+        let got = allocate(
+            Some(&m),
+            0,
+            &[
+                supply("a", Some(1.0), None, &a),
+                supply("b", Some(1.0), None, &b),
+            ],
+        )
+        .expect("allocates");
+        // Quotas 25 and 25: a takes 3 rows (30, crossing at the third), b 4 rows (28).
+        assert_eq!(originals(&got), [3, 4]);
+        assert_eq!(
+            got.iter()
+                .map(|a| (a.quota, a.realized))
+                .collect::<Vec<_>>(),
+            [(25, 30), (25, 28)]
+        );
+        // A quota met exactly stops there.
+        let m = mix(MixTarget::Tokens, 40);
+        let got = allocate(Some(&m), 0, &[supply("a", Some(1.0), None, &a)]).expect("ok");
+        assert_eq!((got[0].originals, got[0].realized), (4, 40));
+        // Incomplete: asks for about the rows still needed, at the average so far.
+        let partial = Supply {
+            complete: false,
+            ..supply("a", Some(1.0), None, &a[..2])
+        };
+        let m = mix(MixTarget::Tokens, 45);
+        assert_eq!(
+            allocate(Some(&m), 0, &[partial]),
+            Err(AllocError::NeedMore { source: 0, rows: 4 })
+        );
+    }
+
+    #[test]
+    fn a_shortfall_fails_naming_the_source() {
+        let a = rows("a", &[1; 10]);
+        let b = rows("b", &[1; 3]);
+        let (a, b) = (view(&a), view(&b));
+        let m = mix(MixTarget::Rows, 10);
+        let supplies = [
+            supply("big", Some(1.0), None, &a),
+            supply("small", Some(1.0), None, &b),
+        ];
+        let err = allocate(Some(&m), 0, &supplies).expect_err("short");
+        assert_eq!(
+            err,
+            AllocError::Shortfall {
+                source: "small".into(),
+                quota: 5,
+                available: 3
+            }
+        );
+        assert_eq!(
+            err.to_string(),
+            "source `small` cannot fill its quota: it needs 5 and has 3 after filters and \
+             deduplication (set `shortfall: redistribute` or `max_repeats` in `mix`, lower the \
+             total, or add rows)"
+        );
+        // A short take fails the same way.
+        let supplies = [
+            supply("big", Some(1.0), None, &a),
+            supply("small", None, Some(4), &b),
+        ];
+        assert_eq!(
+            allocate(Some(&m), 0, &supplies),
+            Err(AllocError::Shortfall {
+                source: "small".into(),
+                quota: 4,
+                available: 3
+            })
+        );
+    }
+
+    #[test]
+    fn redistribute_moves_the_deficit_by_weight() {
+        let a = rows("a", &[1; 100]);
+        let b = rows("b", &[1; 100]);
+        let c = rows("c", &[1; 2]);
+        let d = rows("d", &[1; 5]);
+        let (a, b, c, d) = (view(&a), view(&b), view(&c), view(&d));
+        let m = MixConfig {
+            shortfall: Shortfall::Redistribute,
+            ..mix(MixTarget::Rows, 40)
+        };
+        // Quotas 10 each; c gives 8 and d 5 away; round 1 shares 13 between a and b (by
+        // weight 1:1 → 7, 6) and they have enough.
+        let got = allocate(
+            Some(&m),
+            0,
+            &[
+                supply("a", Some(1.0), None, &a),
+                supply("b", Some(1.0), None, &b),
+                supply("c", Some(1.0), None, &c),
+                supply("d", Some(1.0), None, &d),
+            ],
+        )
+        .expect("allocates");
+        assert_eq!(originals(&got), [17, 16, 2, 5]);
+        assert_eq!(
+            got.iter().map(|a| a.quota).collect::<Vec<_>>(),
+            [17, 16, 10, 10]
+        );
+        assert_eq!(got.iter().map(|a| a.realized).sum::<u64>(), 40);
+        // Repeatedly: b runs out in the second round too, a takes the rest.
+        let b6 = rows("b", &[1; 6]);
+        let b6 = view(&b6);
+        let got = allocate(
+            Some(&m),
+            0,
+            &[
+                supply("a", Some(1.0), None, &a),
+                supply("b", Some(1.0), None, &b6),
+                supply("c", Some(1.0), None, &c),
+                supply("d", Some(1.0), None, &d),
+            ],
+        )
+        .expect("allocates");
+        assert_eq!(originals(&got), [27, 6, 2, 5]);
+        // Nobody has more: the total cannot be met.
+        let m = MixConfig { total: 1000, ..m };
+        assert_eq!(
+            allocate(
+                Some(&m),
+                0,
+                &[
+                    supply("c", Some(1.0), None, &c),
+                    supply("d", Some(2.0), None, &d)
+                ]
+            ),
+            Err(AllocError::Total {
+                total: 1000,
+                available: 7,
+                unit: "rows"
+            })
+        );
+        // A short take's rows go to the weighted sources.
+        let m = MixConfig { total: 20, ..m };
+        let got = allocate(
+            Some(&m),
+            0,
+            &[
+                supply("a", Some(1.0), None, &a),
+                supply("c", None, Some(5), &c),
+            ],
+        )
+        .expect("allocates");
+        assert_eq!(originals(&got), [18, 2]);
+    }
+
+    #[test]
+    fn repeats_come_after_every_original_in_key_order() {
+        let a = rows("a", &[1; 100]);
+        let b = rows("b", &[1; 4]);
+        let (a, b) = (view(&a), view(&b));
+        let m = MixConfig {
+            max_repeats: Some(2),
+            ..mix(MixTarget::Rows, 22)
+        };
+        let got = allocate(
+            Some(&m),
+            7,
+            &[
+                supply("a", Some(1.0), None, &a),
+                supply("b", Some(1.0), None, &b),
+            ],
+        )
+        .expect("allocates");
+        assert_eq!(originals(&got), [11, 4]);
+        // b needs 11: 4 originals, copy 1 of all 4 rows, then 3 of copy 2, each copy in
+        // repeat-key order.
+        let order = |copy: u32| {
+            let mut k: Vec<(u64, usize)> =
+                (0..4).map(|i| (repeat_key(7, copy, b[i].1), i)).collect();
+            k.sort();
+            k.into_iter().map(|(_, i)| (copy, i)).collect::<Vec<_>>()
+        };
+        let mut expected = order(1);
+        expected.extend(order(2).into_iter().take(3));
+        assert_eq!(got[1].copies, expected);
+        assert_eq!(got[1].realized, 11);
+        // Past max_repeats it is a shortfall again.
+        let m = MixConfig {
+            max_repeats: Some(1),
+            ..m
+        };
+        assert_eq!(
+            allocate(
+                Some(&m),
+                7,
+                &[
+                    supply("a", Some(1.0), None, &a),
+                    supply("b", Some(1.0), None, &b)
+                ]
+            ),
+            Err(AllocError::Shortfall {
+                source: "b".into(),
+                quota: 11,
+                available: 8
+            })
+        );
+        // A take source repeats too.
+        let m = MixConfig {
+            max_repeats: Some(1),
+            ..mix(MixTarget::Rows, 6)
+        };
+        let got = allocate(Some(&m), 7, &[supply("b", None, Some(6), &b)]).expect("ok");
+        assert_eq!(
+            (got[0].originals, got[0].copies.len(), got[0].realized),
+            (4, 2, 6)
+        );
+        assert_eq!(got[0].copies, order(1)[..2]);
+    }
+
+    #[test]
+    fn need_more_when_the_answer_depends_on_unknown_rows() {
+        let a = rows("a", &[1; 3]);
+        let a = view(&a);
+        let m = mix(MixTarget::Rows, 8);
+        let partial = Supply {
+            complete: false,
+            ..supply("a", Some(1.0), None, &a)
+        };
+        let full = rows("b", &[1; 10]);
+        let full = view(&full);
+        assert_eq!(
+            allocate(Some(&m), 0, &[supply("b", Some(1.0), None, &full), partial]),
+            Err(AllocError::NeedMore { source: 1, rows: 1 })
+        );
+        // Enough known: no need for the rest.
+        let m = mix(MixTarget::Rows, 4);
+        let got =
+            allocate(Some(&m), 0, &[supply("b", Some(1.0), None, &full), partial]).expect("enough");
+        assert_eq!(originals(&got), [2, 2]);
+    }
+
+    #[test]
+    fn a_random_take_has_no_order_bias() {
+        // A sorted source of 10,000 rows; take 1,000 by selection key: the mean position is
+        // within 3 sigma of the middle (sigma of a mean of 1,000 draws without replacement).
+        let seed = 20_260_501;
+        for (source, file) in [("openorca", "train.parquet"), ("code", "a.jsonl")] {
+            let mut keyed: Vec<(u64, u64)> = (0..10_000u64)
+                .map(|r| (sel_key(seed, source, file, r), r))
+                .collect();
+            keyed.sort_unstable();
+            let ids: Vec<String> = keyed.iter().map(|(_, r)| r.to_string()).collect();
+            let known: Vec<(u64, &str)> = ids.iter().map(|s| (1, s.as_str())).collect();
+            let got = allocate(None, seed, &[supply(source, None, Some(1000), &known)])
+                .expect("allocates");
+            let taken = &keyed[..got[0].originals];
+            let mean = taken.iter().map(|&(_, r)| r as f64).sum::<f64>() / 1000.0;
+            let sd = 10_000f64 / 12f64.sqrt() / 1000f64.sqrt() * (9000.0f64 / 9999.0).sqrt();
+            assert!(
+                (mean - 4999.5).abs() < 3.0 * sd,
+                "{source}: mean {mean}, sd {sd}"
+            );
+            // And no file-order clustering: every tenth of the file is represented.
+            let mut deciles = [0u32; 10];
+            for &(_, r) in taken {
+                deciles[(r / 1000) as usize] += 1;
+            }
+            assert!(
+                deciles.iter().all(|&d| (60..=140).contains(&d)),
+                "{deciles:?}"
+            );
+        }
+    }
+}
