@@ -1,16 +1,26 @@
-//! Runs a [`Plan`]: read → adapt → validate → curate → render → tokenize → write, streaming
-//! each source in fixed-size batches. Per-row work runs on the caller's rayon pool; everything
-//! that decides order or counts (dedup, `take`, keys, stats) runs sequentially in input order,
-//! so the output is byte-identical at any thread count.
+//! Runs a [`Plan`] (CURATION.md): a *scan* pass over every source (read → adapt → validate →
+//! content filters → exact dedup, MinHash bands and benchmark n-grams per row), the global
+//! decisions over the scan's compact records ([`Ledger::decide`]), then *work* passes that
+//! render, tokenize and mask only rows that can be selected, in selection order, until the
+//! allocation (`take`, `mix`) is met; copies for `max_repeats` last.
+//!
+//! Per-row work runs on the caller's rayon pool, batch by batch; everything that decides order
+//! or counts runs on the calling thread in input order, and every decision is a function of the
+//! rows and their positions, so the output is byte-identical at any thread count and whatever
+//! the batch boundaries.
 
 use crate::adapt::{to_sharegpt_record, Repairs};
 use crate::conversation::Conversation;
-use crate::curate::{fingerprint, Deduper, Fingerprint};
-use crate::plan::config::Take;
+use crate::curate::filters::Dropped;
+use crate::curate::ledger::{
+    KeptWork, Ledger, RowNote, Scanned, Settled, SourceSelection, Wanted, Work,
+};
+use crate::curate::row::Curator;
+use crate::curate::select::AllocError;
 use crate::plan::Plan;
 use crate::process::{Outcome, RowProcessor, SpotChecks, Tokenized};
 use crate::read::{read_files, RawRow, ReadError};
-use crate::reject::{FilterReason, Reject, Skip};
+use crate::reject::{Reject, Skip};
 use crate::report::timings::{PoolStage, Timings};
 use crate::report::SourceStats;
 use crate::write::{shuffle_key, Spill, TokenRow};
@@ -19,26 +29,39 @@ use std::collections::BTreeMap;
 use std::io::Write;
 use std::sync::mpsc::{channel, sync_channel};
 
-/// Size of one job of the thread pool: it closes at this many bytes of input (or rows, or the
-/// source's `take`), whichever comes first. A job runs its rows one after another, each stage
-/// over all of them before the next: the longer the encoder runs uninterrupted, the less of its
-/// time goes to refilling the caches the other stages took (jobs of 64 rows cost ~2% more
-/// encoder time than long runs). Sized in bytes, so that a job of long agentic rows takes about
-/// as long as one of short chats: small enough that every worker stays busy (rayon cannot
-/// steal inside a running job) and a source's last jobs end together.
+/// Size of one job of the thread pool: it closes at this many bytes of input (or rows),
+/// whichever comes first. A job runs its rows one after another, each stage over all of them
+/// before the next: the longer the encoder runs uninterrupted, the less of its time goes to
+/// refilling the caches the other stages took. Sized in bytes, so that a job of long agentic
+/// rows takes about as long as one of short chats: small enough that every worker stays busy
+/// (rayon cannot steal inside a running job) and a source's last jobs end together.
 pub const JOB_BYTES: usize = 512 << 10;
 pub const JOB_MAX_ROWS: usize = 1024;
+
+/// Batches between the reader and the commit at once, per pool thread (at least
+/// [`MIN_IN_FLIGHT`]): several, so that no worker waits for a slow batch to be committed; a
+/// fixed number (of at most [`JOB_BYTES`] of input each), so that memory does not grow with
+/// the input.
+const IN_FLIGHT_PER_THREAD: usize = 8;
+const MIN_IN_FLIGHT: usize = 16;
+
+/// Work passes over one source before a build gives up on meeting its allocation: each pass
+/// queues at least what the estimate says is missing, so this bound is never reached on real
+/// data; it only keeps a pathological estimate from looping.
+const MAX_WORK_ROUNDS: usize = 64;
 
 /// Where a run writes its side outputs and rows.
 pub struct Sinks<'a> {
     pub spill: &'a mut Spill,
     pub rejects: &'a mut (dyn Write + Send),
+    pub filtered: &'a mut (dyn Write + Send),
     pub conversations: &'a mut (dyn Write + Send),
 }
 
 /// Progress callbacks, so the pipeline never draws anything itself.
 pub trait Progress: Sync {
-    fn source_started(&self, _name: &str, _take: Option<u64>) {}
+    /// A pass over a source begins; `rows` is how many it will process when known.
+    fn source_started(&self, _name: &str, _rows: Option<u64>) {}
     fn rows_done(&self, _rows: u64, _kept: u64, _tokens: u64) {}
     fn source_finished(&self, _name: &str, _stats: &SourceStats) {}
 }
@@ -58,10 +81,21 @@ pub enum RunError {
     EncoderMismatch { row: String, detail: String },
     #[error("the native template renderer disagrees with minijinja on {row}: {detail}; rebuild with `template.engine: minijinja` and report this row")]
     RendererMismatch { row: String, detail: String },
+    #[error("{row} changed while the build was reading it (it {detail} in the second pass); do not edit inputs during a build")]
+    InputChanged { row: String, detail: String },
+    #[error("internal error: the allocation of source `{0}` did not converge")]
+    NoConvergence(String),
+    #[error("{0}")]
+    Curate(String),
 }
 
-/// Runs every source of the plan on `pool`; returns per-source stats in plan order. Call it
-/// from outside the pool: this thread coordinates and commits while the pool works.
+/// What a run produced besides the spilled rows.
+pub struct RunOutput {
+    pub settled: Settled,
+}
+
+/// Runs every source of the plan on `pool`. Call it from outside the pool: this thread
+/// coordinates and commits while the pool works.
 pub fn run(
     plan: &Plan,
     processor: &RowProcessor,
@@ -69,358 +103,598 @@ pub fn run(
     progress: &dyn Progress,
     pool: &rayon::ThreadPool,
     timings: &Timings,
-) -> Result<Vec<SourceStats>, RunError> {
-    let mut deduper = plan.dedup.then(Deduper::default);
-    let mut sequence = 0u64;
-    let mut all = Vec::with_capacity(plan.sources.len());
-    for (index, source) in plan.sources.iter().enumerate() {
-        let stats = run_source(
-            Stage {
-                plan,
-                processor,
-                index: index as u16,
-                timings,
-            },
-            deduper.as_mut(),
-            &mut sequence,
-            sinks,
-            progress,
-            pool,
-        )?;
-        progress.source_finished(&source.name, &stats);
-        all.push(stats);
+) -> Result<RunOutput, RunError> {
+    let curator = Curator::new(plan).map_err(RunError::Curate)?;
+    let selection = plan
+        .sources
+        .iter()
+        .map(|s| SourceSelection {
+            name: s.name.clone(),
+            filters: s.filters.names(),
+            take: s.take,
+            sample: s.sample,
+            weight: s.weight,
+        })
+        .collect();
+    let mut ledger = Ledger::new(
+        plan.seed,
+        plan.mix.clone(),
+        selection,
+        curator.dedup.is_some(),
+        curator.bands(),
+    );
+    let ctx = Context {
+        plan,
+        processor,
+        curator: &curator,
+        timings,
+        pool,
+        progress,
+    };
+    for index in 0..plan.sources.len() {
+        ctx.scan(index, &mut ledger, sinks)?;
     }
-    Ok(all)
+    ledger.decide();
+    for note in ledger.dropped_notes() {
+        write_note(sinks.filtered, plan, &note, "filtered.jsonl")?;
+    }
+    let mut conversations_len = 0u64;
+    let mut sequence = 0u64;
+    let mut out = Out {
+        sinks,
+        conversations_len: &mut conversations_len,
+        sequence: &mut sequence,
+    };
+    // Before anything is measured: every source gets what a first estimate of its share
+    // needs, then the allocation asks for more where it must.
+    let allocations = {
+        let mut rounds = vec![0usize; plan.sources.len()];
+        let first: Vec<usize> = (0..plan.sources.len())
+            .map(|i| first_request(plan, &ledger, i))
+            .collect();
+        for (i, rows) in first.into_iter().enumerate() {
+            let wanted = ledger.extend(i, rows);
+            ctx.work(i, &wanted, &mut ledger, &mut out)?;
+        }
+        loop {
+            match ledger.allocate() {
+                Ok(allocations) => break allocations,
+                Err(AllocError::NeedMore { source, rows }) => {
+                    rounds[source] += 1;
+                    if rounds[source] > MAX_WORK_ROUNDS || ledger.remaining(source) == 0 {
+                        return Err(RunError::NoConvergence(plan.sources[source].name.clone()));
+                    }
+                    let rows = ledger.rows_for(source, rows);
+                    let wanted = ledger.extend(source, rows);
+                    ctx.work(source, &wanted, &mut ledger, &mut out)?;
+                }
+                Err(e) => return Err(RunError::Curate(e.to_string())),
+            }
+        }
+    };
+    for (i, wanted) in ledger.copies(&allocations).into_iter().enumerate() {
+        if !wanted.is_empty() {
+            ctx.work(i, &wanted, &mut ledger, &mut out)?;
+        }
+    }
+    let settled = ledger.settle(&allocations);
+    for note in &settled.rejects {
+        write_note(out.sinks.rejects, plan, note, "rejects.jsonl")?;
+    }
+    for note in &settled.filtered {
+        write_note(out.sinks.filtered, plan, note, "filtered.jsonl")?;
+    }
+    for (source, stats) in plan.sources.iter().zip(&settled.stats) {
+        progress.source_finished(&source.name, stats);
+    }
+    Ok(RunOutput { settled })
 }
 
-/// What the parallel stages of one source need (shared, read-only).
+/// How many rows of a source the first work pass takes: all of them without a selection,
+/// else an estimate of the selected share (the allocation asks for more if it falls short).
+fn first_request(plan: &Plan, ledger: &Ledger, source: usize) -> usize {
+    let s = &plan.sources[source];
+    let all = ledger.remaining(source);
+    match (&plan.mix, s.take) {
+        (None, None) => all,
+        (Some(_), None) if s.weight.is_none() => all,
+        (_, Some(take)) => ledger
+            .rows_for(source, usize::try_from(take).unwrap_or(usize::MAX))
+            .min(all),
+        (Some(mix), None) => {
+            let weights: f64 = plan.sources.iter().filter_map(|s| s.weight).sum();
+            let share = s.weight.unwrap_or(0.0) / weights.max(f64::MIN_POSITIVE);
+            let fixed: u64 = plan.sources.iter().filter_map(|s| s.take).sum();
+            let rest = match mix.target {
+                crate::curate::select::MixTarget::Rows => mix.total.saturating_sub(fixed),
+                _ => mix.total,
+            };
+            ledger
+                .rows_for_amount(source, (rest as f64 * share).ceil() as u64)
+                .min(all)
+        }
+    }
+}
+
+/// What every pass needs (shared, read-only).
 #[derive(Clone, Copy)]
-struct Stage<'a> {
+struct Context<'a> {
     plan: &'a Plan,
     processor: &'a RowProcessor,
-    index: u16,
+    curator: &'a Curator<'a>,
     timings: &'a Timings,
+    pool: &'a rayon::ThreadPool,
+    progress: &'a dyn Progress,
 }
 
-/// One input row after the parallel stages: everything the in-order commit needs.
-struct Processed {
-    file: usize,
+/// The writers of the work passes and their running positions.
+struct Out<'a, 's> {
+    sinks: &'a mut Sinks<'s>,
+    conversations_len: &'a mut u64,
+    /// Arrival sequence, the sort key when not shuffling.
+    sequence: &'a mut u64,
+}
+
+/// What the scan found for one row.
+enum ScanRow {
+    Rejected(Reject),
+    Filtered { filter: String, detail: String },
+    Candidate(Scanned),
+}
+
+/// One input row after the work pass's parallel stages.
+struct WorkRow {
+    file: u32,
     row: u64,
-    result: Result<Ready, Skip>,
+    result: Result<WorkDone, String>,
 }
 
-/// A row that passed adapt + validate.
-struct Ready {
+struct WorkDone {
+    outcome: Outcome<Vec<Tokenized>>,
+    /// The token filter that dropped every row of a kept conversation.
+    token_filtered: Option<Dropped>,
+    conversation: Conversation,
     repairs: Repairs,
-    /// `Some` when dedup is on.
-    fingerprint: Option<Fingerprint>,
-    /// Until tokenized; dropped unprocessed for a duplicate.
-    conversation: Option<Conversation>,
-    /// `None` for a duplicate (decided before tokenizing, in input order).
-    work: Option<Worked>,
-}
-
-struct Worked {
-    outcome: Outcome<KeptRows>,
-    /// The re-checks the row got.
     checked: SpotChecks,
 }
 
-/// A kept conversation, serialized for the writers.
-struct KeptRows {
-    /// Its `conversations.jsonl` line.
-    line: String,
-    rows: Vec<TokenRow>,
-    truncated_rows: u64,
-    supervised_tokens: u64,
-}
-
-impl Stage<'_> {
-    fn source(&self) -> &crate::plan::SourcePlan {
-        &self.plan.sources[self.index as usize]
-    }
-
-    fn sample_id(&self, file: usize, row: u64) -> String {
-        // Stable across runs: source name, file index and record index within the file.
-        format!("{}:{}:{}", self.source().name, file, row)
-    }
-
-    /// Parses (JSON lines), adapts and validates a batch.
-    fn prepare_batch(&self, batch: Vec<RawRow>, dedup: bool) -> Vec<Processed> {
-        self.timings.time(PoolStage::Prepare, || {
-            batch
-                .into_iter()
-                .map(|raw| Processed {
-                    file: raw.file,
-                    row: raw.row,
-                    result: self.prepare(raw, dedup),
-                })
-                .collect()
-        })
-    }
-
-    /// Renders, tokenizes and serializes the rows of a batch that are still wanted.
-    fn work_batch(&self, rows: &mut [Processed]) {
-        let mut wanted = Vec::new();
-        for p in rows.iter_mut() {
-            if let Ok(ready) = &mut p.result {
-                if let Some(conversation) = ready.conversation.take() {
-                    let id = self.sample_id(p.file, p.row);
-                    let checks = self.processor.spot_checks(&id);
-                    wanted.push((ready, id, conversation, checks));
+impl Context<'_> {
+    fn scan(&self, index: usize, ledger: &mut Ledger, sinks: &mut Sinks) -> Result<(), RunError> {
+        let source = &self.plan.sources[index];
+        self.progress
+            .source_started(&format!("{} (scan)", source.name), None);
+        let (mut read, mut candidates) = (0u64, 0u64);
+        let work = |batch: Vec<RawRow>| -> Vec<(u32, u64, ScanRow)> {
+            self.timings.time(PoolStage::Prepare, || {
+                batch
+                    .into_iter()
+                    .map(|raw| (raw.file as u32, raw.row, self.scan_row(index, raw)))
+                    .collect()
+            })
+        };
+        let mut commit = |rows: Vec<(u32, u64, ScanRow)>| -> Result<(), RunError> {
+            for (file, row, scanned) in rows {
+                read += 1;
+                ledger.read(index);
+                match scanned {
+                    ScanRow::Rejected(reject) => {
+                        ledger.rejected(index, reject.reason);
+                        let note = RowNote {
+                            source: index,
+                            file,
+                            row,
+                            reason: reject.reason.code().to_owned(),
+                            message: reject.message,
+                            extra: Vec::new(),
+                        };
+                        write_note(sinks.rejects, self.plan, &note, "rejects.jsonl")?;
+                    }
+                    ScanRow::Filtered { filter, detail } => {
+                        ledger.filtered(index, &filter);
+                        let note = RowNote {
+                            source: index,
+                            file,
+                            row,
+                            reason: filter,
+                            message: detail,
+                            extra: Vec::new(),
+                        };
+                        write_note(sinks.filtered, self.plan, &note, "filtered.jsonl")?;
+                    }
+                    ScanRow::Candidate(scanned) => {
+                        let name = &source.display_files[file as usize];
+                        if let Some(of) = ledger.candidate(index, file, row, name, scanned) {
+                            let (os, of_file, of_row) = ledger.position_of(of);
+                            let id = format!("{}:{of_file}:{of_row}", self.plan.sources[os].name);
+                            let note = RowNote {
+                                source: index,
+                                file,
+                                row,
+                                reason: "deduplicated".to_owned(),
+                                message: String::new(),
+                                extra: vec![("duplicate_of", id)],
+                            };
+                            write_note(sinks.filtered, self.plan, &note, "filtered.jsonl")?;
+                        } else {
+                            candidates += 1;
+                        }
+                    }
                 }
             }
-        }
-        let mut batch: Vec<_> = wanted
-            .iter()
-            .map(|(_, _, c, checks)| (c, *checks))
-            .collect();
-        let outcomes = self.processor.process_batch(&mut batch, self.timings);
-        // The checks each row got.
-        let checked: Vec<SpotChecks> = batch.into_iter().map(|(_, checks)| checks).collect();
-        self.timings.time(PoolStage::Serialize, || {
-            let rows = wanted.into_iter().zip(checked).zip(outcomes);
-            for (((ready, id, conversation, _), checked), outcome) in rows {
-                let outcome = outcome.map_kept(|rows| self.serialize(&id, &conversation, rows));
-                ready.work = Some(Worked { outcome, checked });
-            }
-        });
+            self.progress.rows_done(read, candidates, 0);
+            Ok(())
+        };
+        self.pass(index, None, &work, &mut commit)
     }
 
-    /// Parses (a JSON line), adapts and validates one record.
-    fn prepare(&self, raw: RawRow, dedup: bool) -> Result<Ready, Skip> {
+    /// Adapts, validates and curates one row (no rendering).
+    fn scan_row(&self, index: usize, raw: RawRow) -> ScanRow {
+        let weight = u32::try_from(raw.record.weight()).unwrap_or(u32::MAX);
+        let conversation = match self.prepare(index, raw) {
+            Ok((conversation, _)) => conversation,
+            Err(Skip::Rejected(reject)) => return ScanRow::Rejected(reject),
+            Err(Skip::Filtered(reason)) => {
+                return ScanRow::Filtered {
+                    filter: reason.code().to_owned(),
+                    detail: String::new(),
+                }
+            }
+        };
+        match self.curator.scan(index, &conversation, weight) {
+            Ok(scanned) => ScanRow::Candidate(scanned),
+            Err(dropped) => ScanRow::Filtered {
+                filter: dropped.filter,
+                detail: dropped.detail,
+            },
+        }
+    }
+
+    fn prepare(&self, index: usize, raw: RawRow) -> Result<(Conversation, Repairs), Skip> {
         let mut repairs = Repairs::new();
-        let conversation = self
-            .source()
+        let conversation = self.plan.sources[index]
             .adapter
             .prepare_record(raw.record, &mut repairs)?;
         let conversation = self
             .processor
             .validator
             .validate(conversation, &mut repairs)?;
-        Ok(Ready {
-            repairs,
-            fingerprint: dedup.then(|| fingerprint(&conversation)),
-            conversation: Some(conversation),
-            work: None,
-        })
+        Ok((conversation, repairs))
     }
 
-    fn serialize(&self, id: &str, conversation: &Conversation, rows: Vec<Tokenized>) -> KeptRows {
-        let line = to_sharegpt_record(conversation, id, &self.source().name).json_line();
-        let truncated_rows = rows.iter().filter(|r| r.truncated).count() as u64;
-        let supervised_tokens = rows.iter().map(|r| r.supervised() as u64).sum();
-        let rows = rows
-            .into_iter()
-            .map(|r| {
-                let sample_id = format!("{id}:{}", r.segment);
-                TokenRow {
-                    // Replaced by the arrival sequence, in order, when not shuffling.
-                    key: if self.plan.shuffle {
-                        shuffle_key(self.plan.seed, &sample_id)
-                    } else {
-                        0
+    /// A work pass over the `wanted` rows of a source (sorted by position): render, tokenize,
+    /// mask, token filters; kept rows go to the spill and `conversations.jsonl`.
+    fn work(
+        &self,
+        index: usize,
+        wanted: &[Wanted],
+        ledger: &mut Ledger,
+        out: &mut Out,
+    ) -> Result<(), RunError> {
+        if wanted.is_empty() {
+            return Ok(());
+        }
+        let source = &self.plan.sources[index];
+        self.progress
+            .source_started(&source.name, Some(wanted.len() as u64));
+        let (mut done, mut tokens) = (0u64, 0u64);
+        let work = |batch: Vec<RawRow>| self.work_batch(index, batch);
+        let mut commit = |rows: Vec<WorkRow>| -> Result<(), RunError> {
+            for r in rows {
+                let at = || format!("`{}` row {}", source.display_files[r.file as usize], r.row);
+                let done_row = r
+                    .result
+                    .map_err(|detail| RunError::InputChanged { row: at(), detail })?;
+                let copies = copies_of(wanted, r.file, r.row);
+                done += copies.len() as u64;
+                let work = match done_row.outcome {
+                    Outcome::EncoderMismatch(detail) => {
+                        return Err(RunError::EncoderMismatch { row: at(), detail })
+                    }
+                    Outcome::RendererMismatch(detail) => {
+                        return Err(RunError::RendererMismatch { row: at(), detail })
+                    }
+                    Outcome::Rejected(reject) => Work::Rejected(reject),
+                    Outcome::Filtered(reason) => Work::Filtered {
+                        filter: reason.code().to_owned(),
+                        detail: String::new(),
                     },
-                    sample_id,
-                    source: self.index,
-                    ids: r.ids,
-                    mask: r.mask,
+                    Outcome::Kept(_) if done_row.token_filtered.is_some() => {
+                        match done_row.token_filtered {
+                            Some(dropped) => Work::Filtered {
+                                filter: dropped.filter,
+                                detail: dropped.detail,
+                            },
+                            None => continue,
+                        }
+                    }
+                    Outcome::Kept(rows) => {
+                        for &copy in &copies {
+                            let kept = self.keep(
+                                index,
+                                (r.file, r.row, copy),
+                                &done_row.conversation,
+                                &done_row.repairs,
+                                done_row.checked,
+                                &rows,
+                                out,
+                            )?;
+                            tokens += kept.tokens;
+                            ledger.worked(index, r.file, r.row, copy, Work::Kept(kept));
+                        }
+                        continue;
+                    }
+                };
+                // A row the scan kept is never rejected or filtered as a copy: copies are
+                // only made of kept rows, and the work is deterministic.
+                ledger.worked(index, r.file, r.row, 0, work);
+            }
+            self.progress.rows_done(done, done, tokens);
+            Ok(())
+        };
+        self.pass(index, Some(wanted), &work, &mut commit)
+    }
+
+    /// The work pass's parallel part for a batch.
+    fn work_batch(&self, index: usize, batch: Vec<RawRow>) -> Vec<WorkRow> {
+        type Prepared = Result<(Conversation, Repairs), String>;
+        let prepared: Vec<(u32, u64, Prepared)> = self.timings.time(PoolStage::Prepare, || {
+            batch
+                .into_iter()
+                .map(|raw| {
+                    let (file, row) = (raw.file as u32, raw.row);
+                    let prepared = self.prepare(index, raw).map_err(|skip| match skip {
+                        Skip::Rejected(r) => format!("was rejected ({})", r.reason.code()),
+                        Skip::Filtered(f) => format!("was filtered ({})", f.code()),
+                    });
+                    (file, row, prepared)
+                })
+                .collect()
+        });
+        let mut rows = Vec::with_capacity(prepared.len());
+        let mut conversations = Vec::with_capacity(prepared.len());
+        for (file, row, prepared) in prepared {
+            match prepared {
+                Ok((conversation, repairs)) => {
+                    let id = self.sample_id(index, file, row);
+                    let checks = self.processor.spot_checks(&id);
+                    conversations.push((conversation, repairs, checks));
+                    rows.push((file, row, Ok(conversations.len() - 1)));
                 }
+                Err(detail) => rows.push((file, row, Err(detail))),
+            }
+        }
+        let mut batch: Vec<(&Conversation, SpotChecks)> = conversations
+            .iter()
+            .map(|(c, _, checks)| (c, *checks))
+            .collect();
+        let outcomes = self.processor.process_batch(&mut batch, self.timings);
+        let checked: Vec<SpotChecks> = batch.into_iter().map(|(_, checks)| checks).collect();
+        let mut parts: Vec<_> = outcomes
+            .into_iter()
+            .zip(checked)
+            .zip(conversations)
+            .map(|((outcome, checked), (conversation, repairs, _))| {
+                let (outcome, token_filtered) = match outcome {
+                    Outcome::Kept(rows) => match self.curator.token_filters(index, rows) {
+                        Ok(rows) => (Outcome::Kept(rows), None),
+                        Err(dropped) => (Outcome::Kept(Vec::new()), Some(dropped)),
+                    },
+                    other => (other, None),
+                };
+                Some(WorkDone {
+                    outcome,
+                    token_filtered,
+                    conversation,
+                    repairs,
+                    checked,
+                })
             })
             .collect();
-        KeptRows {
-            line,
-            rows,
-            truncated_rows,
-            supervised_tokens,
-        }
+        rows.into_iter()
+            .map(|(file, row, at)| WorkRow {
+                file,
+                row,
+                result: at.and_then(|i| {
+                    parts[i]
+                        .take()
+                        .ok_or_else(|| "was processed twice".to_owned())
+                }),
+            })
+            .collect()
     }
-}
 
-/// Batches between the reader and the commit at once, per pool thread (at least
-/// [`MIN_IN_FLIGHT`]). Several are in flight so that no worker waits for a slow batch to be
-/// committed before it can take up the next; a fixed number (of at most [`JOB_BYTES`] of input
-/// each) so that memory does not grow with the input.
-const IN_FLIGHT_PER_THREAD: usize = 8;
-const MIN_IN_FLIGHT: usize = 16;
-
-/// What the coordinator of a source hears about, from the reader and from the pool's jobs.
-enum Event {
-    Batch(Vec<RawRow>),
-    /// Adapted and validated, waiting for dedup (only when dedup is on).
-    Prepared(u64, std::thread::Result<Vec<Processed>>),
-    /// Ready to commit.
-    Worked(u64, std::thread::Result<Vec<Processed>>),
-    ReadDone(std::thread::Result<Result<(), ReadError>>),
-}
-
-/// Streams one source. A reader thread reads batches; the pool adapts, renders and tokenizes
-/// a bounded number of them at once, and this thread (not a pool worker, so it never holds
-/// one up) runs what must go in input order: dedup between the two parallel stages and the
-/// commit after them.
-fn run_source(
-    stage: Stage,
-    mut deduper: Option<&mut Deduper>,
-    sequence: &mut u64,
-    sinks: &mut Sinks,
-    progress: &dyn Progress,
-    pool: &rayon::ThreadPool,
-) -> Result<SourceStats, RunError> {
-    let source = stage.source();
-    let files = source.files.clone();
-    let limit = match source.take {
-        Take::All => None,
-        Take::Rows(n) => Some(n),
-    };
-    progress.source_started(&source.name, limit);
-    let mut commit = Commit {
-        stage,
-        limit,
-        stats: SourceStats::default(),
-        sequence,
-    };
-    if limit == Some(0) {
-        return Ok(commit.stats);
-    }
-    let (events_tx, events) = channel::<Event>();
-    // One credit per batch in flight: the reader takes one before each batch, the commit of a
-    // batch gives it back. Dropping the sender stops the reader.
-    let in_flight = (IN_FLIGHT_PER_THREAD * pool.current_num_threads()).max(MIN_IN_FLIGHT);
-    let (credit_tx, credits) = sync_channel::<()>(in_flight);
-    for _ in 0..in_flight {
-        let _ = credit_tx.send(());
-    }
-    let mut credit_tx = Some(credit_tx);
-    std::thread::scope(|threads| -> Result<(), RunError> {
-        let reader_tx = events_tx.clone();
-        let reader = threads.spawn(move || {
-            let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                let max_rows = limit.map_or(JOB_MAX_ROWS, |take| {
-                    usize::try_from(take).map_or(JOB_MAX_ROWS, |t| t.min(JOB_MAX_ROWS))
-                });
-                let mut batch = Vec::new();
-                let mut bytes = 0;
-                let send = |batch: Vec<RawRow>| {
-                    credits.recv().is_ok() && reader_tx.send(Event::Batch(batch)).is_ok()
-                };
-                let mut open = true;
-                let result = read_files(&files, &mut |row| {
-                    bytes += row.record.weight();
-                    batch.push(row);
-                    if batch.len() >= max_rows || bytes >= JOB_BYTES {
-                        bytes = 0;
-                        open = send(std::mem::take(&mut batch));
-                    }
-                    open
-                });
-                if open && !batch.is_empty() {
-                    send(batch);
-                }
-                result
-            }));
-            let _ = reader_tx.send(Event::ReadDone(result));
+    /// Writes a kept conversation (or copy `copy` of it): its rows to the spill, its line to
+    /// `conversations.jsonl`.
+    #[allow(clippy::too_many_arguments)]
+    fn keep(
+        &self,
+        index: usize,
+        (file, row, copy): (u32, u64, u32),
+        conversation: &Conversation,
+        repairs: &Repairs,
+        checked: SpotChecks,
+        rows: &[Tokenized],
+        out: &mut Out,
+    ) -> Result<KeptWork, RunError> {
+        let source = &self.plan.sources[index];
+        let suffix = match copy {
+            0 => String::new(),
+            j => format!("#{j}"),
+        };
+        let id = self.sample_id(index, file, row);
+        let line = self.timings.time(PoolStage::Serialize, || {
+            to_sharegpt_record(conversation, &format!("{id}{suffix}"), &source.name).json_line()
         });
-        let dedup = deduper.is_some();
-        let outcome = pool.in_place_scope(|jobs| -> Result<(), RunError> {
-            let mut read = 0u64;
-            let mut reading = true;
-            let mut next_dedup = 0u64;
-            let mut next_commit = 0u64;
-            let mut prepared: BTreeMap<u64, Vec<Processed>> = BTreeMap::new();
-            let mut worked: BTreeMap<u64, Vec<Processed>> = BTreeMap::new();
-            // Fingerprints first seen per batch, until the batch is committed.
-            let mut first_seen: BTreeMap<u64, Vec<Fingerprint>> = BTreeMap::new();
-            // A read error counts after every row read before it, so that whether the `take`
-            // was met first does not depend on timing.
-            let mut read_result: Result<(), ReadError> = Ok(());
-            while reading || next_commit < read {
-                let Ok(event) = events.recv() else { break };
-                match event {
-                    Event::Batch(batch) => {
-                        let (seq, tx) = (read, events_tx.clone());
-                        read += 1;
-                        jobs.spawn(move |_| {
-                            let result =
-                                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                                    let mut rows = stage.prepare_batch(batch, dedup);
-                                    if !dedup {
-                                        stage.work_batch(&mut rows);
-                                    }
-                                    rows
-                                }));
-                            let _ = tx.send(if dedup {
-                                Event::Prepared(seq, result)
-                            } else {
-                                Event::Worked(seq, result)
-                            });
-                        });
-                    }
-                    Event::Prepared(seq, rows) => {
-                        prepared.insert(seq, resume(rows));
-                        // Dedup decides in input order, so the first occurrence always wins.
-                        while let Some(mut rows) = prepared.remove(&next_dedup) {
-                            if let Some(d) = deduper.as_deref_mut() {
-                                first_seen.insert(next_dedup, dedup_batch(d, &mut rows));
+        let start = *out.conversations_len;
+        out.sinks
+            .conversations
+            .write_all(line.as_bytes())
+            .map_err(|e| RunError::SideOutput("conversations.jsonl".to_owned(), e))?;
+        *out.conversations_len += line.len() as u64;
+        let mut kept = KeptWork {
+            line: (start, line.len() as u32),
+            encoder_checked: checked.encoder,
+            renderer_checked: checked.renderer,
+            ..Default::default()
+        };
+        let mut seen = Vec::new();
+        for r in repairs {
+            if !seen.contains(r) {
+                seen.push(*r);
+            }
+        }
+        kept.repairs = seen.into_boxed_slice();
+        for r in rows {
+            let sample_id = format!("{id}:{}{suffix}", r.segment);
+            let key = if self.plan.shuffle {
+                shuffle_key(self.plan.seed, &sample_id)
+            } else {
+                *out.sequence
+            };
+            *out.sequence += 1;
+            kept.rows += 1;
+            kept.tokens += r.ids.len() as u64;
+            kept.supervised_tokens += r.supervised() as u64;
+            kept.truncated_rows += u32::from(r.truncated);
+            out.sinks.spill.push(&TokenRow {
+                key,
+                sample_id,
+                source: index as u16,
+                ids: r.ids.clone(),
+                mask: r.mask.clone(),
+            })?;
+        }
+        Ok(kept)
+    }
+
+    fn sample_id(&self, index: usize, file: u32, row: u64) -> String {
+        // Stable across runs: source name, file index and record index within the file.
+        format!("{}:{file}:{row}", self.plan.sources[index].name)
+    }
+
+    /// One pass over a source's files: a reader thread reads batches of the wanted rows (all
+    /// when `wanted` is `None`), the pool runs `work` on a bounded number of them at once, and
+    /// this thread (not a pool worker, so it never holds one up) commits them in input order.
+    fn pass<T: Send>(
+        &self,
+        index: usize,
+        wanted: Option<&[Wanted]>,
+        work: &(dyn Fn(Vec<RawRow>) -> Vec<T> + Sync),
+        commit: &mut dyn FnMut(Vec<T>) -> Result<(), RunError>,
+    ) -> Result<(), RunError> {
+        let files = &self.plan.sources[index].files;
+        let (events_tx, events) = channel::<Event<T>>();
+        // One credit per batch in flight: the reader takes one before each batch, the commit of
+        // a batch gives it back. Dropping the sender stops the reader.
+        let in_flight = (IN_FLIGHT_PER_THREAD * self.pool.current_num_threads()).max(MIN_IN_FLIGHT);
+        let (credit_tx, credits) = sync_channel::<()>(in_flight);
+        for _ in 0..in_flight {
+            let _ = credit_tx.send(());
+        }
+        let mut credit_tx = Some(credit_tx);
+        std::thread::scope(|threads| -> Result<(), RunError> {
+            let reader_tx = events_tx.clone();
+            let reader = threads.spawn(move || {
+                let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    let mut batch = Vec::new();
+                    let mut bytes = 0;
+                    let send = |batch: Vec<RawRow>| {
+                        credits.recv().is_ok() && reader_tx.send(Event::Batch(batch)).is_ok()
+                    };
+                    let mut open = true;
+                    let result = read_files(files, &mut |row| {
+                        if let Some(wanted) = wanted {
+                            if !is_wanted(wanted, row.file as u32, row.row) {
+                                return open;
                             }
-                            let tx = events_tx.clone();
-                            let seq = next_dedup;
+                        }
+                        bytes += row.record.weight();
+                        batch.push(row);
+                        if batch.len() >= JOB_MAX_ROWS || bytes >= JOB_BYTES {
+                            bytes = 0;
+                            open = send(std::mem::take(&mut batch));
+                        }
+                        open
+                    });
+                    if open && !batch.is_empty() {
+                        send(batch);
+                    }
+                    result
+                }));
+                let _ = reader_tx.send(Event::ReadDone(result));
+            });
+            let outcome = self.pool.in_place_scope(|jobs| -> Result<(), RunError> {
+                let (mut read, mut next_commit) = (0u64, 0u64);
+                let mut reading = true;
+                let mut worked: BTreeMap<u64, Vec<T>> = BTreeMap::new();
+                let mut read_result: Result<(), ReadError> = Ok(());
+                while reading || next_commit < read {
+                    let Ok(event) = events.recv() else { break };
+                    match event {
+                        Event::Batch(batch) => {
+                            let (seq, tx) = (read, events_tx.clone());
+                            read += 1;
                             jobs.spawn(move |_| {
                                 let result =
                                     std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                                        stage.work_batch(&mut rows);
-                                        rows
+                                        work(batch)
                                     }));
                                 let _ = tx.send(Event::Worked(seq, result));
                             });
-                            next_dedup += 1;
                         }
-                    }
-                    Event::Worked(seq, rows) => {
-                        worked.insert(seq, resume(rows));
-                        while let Some(rows) = worked.remove(&next_commit) {
-                            first_seen.remove(&next_commit);
-                            next_commit += 1;
-                            let unused = commit.batch(rows, sinks)?;
-                            progress.rows_done(
-                                commit.stats.read,
-                                commit.stats.kept,
-                                commit.stats.tokens,
-                            );
-                            if let Some(unused) = unused {
-                                // The `take` is met: the rest of this batch and the later
-                                // batches were never needed. Forget their first occurrences so
-                                // that later sources are deduplicated exactly as if they had
-                                // not been read.
-                                if let Some(d) = deduper.as_deref_mut() {
-                                    let later = first_seen.values().flatten();
-                                    unused.iter().chain(later).for_each(|fp| d.forget(fp));
+                        Event::Worked(seq, rows) => {
+                            worked.insert(seq, resume(rows));
+                            while let Some(rows) = worked.remove(&next_commit) {
+                                next_commit += 1;
+                                commit(rows)?;
+                                if let Some(tx) = &credit_tx {
+                                    let _ = tx.send(());
                                 }
-                                return Ok(());
-                            }
-                            if let Some(tx) = &credit_tx {
-                                let _ = tx.send(());
                             }
                         }
-                    }
-                    Event::ReadDone(result) => {
-                        reading = false;
-                        read_result = resume(result);
+                        Event::ReadDone(result) => {
+                            reading = false;
+                            read_result = resume(result);
+                        }
                     }
                 }
+                Ok(read_result?)
+            });
+            // Stops a reader that is still going (after an error).
+            credit_tx = None;
+            drop(events);
+            let read = reader.join();
+            outcome?;
+            match read {
+                Ok(()) => Ok(()),
+                Err(panic) => std::panic::resume_unwind(panic),
             }
-            Ok(read_result?)
-        });
-        // Stops a reader that is still going (the `take` is met, or an error).
-        credit_tx = None;
-        drop(events);
-        let read = reader.join();
-        outcome?;
-        match read {
-            Ok(()) => Ok(()),
-            Err(panic) => std::panic::resume_unwind(panic),
-        }
-    })?;
-    Ok(commit.stats)
+        })
+    }
+}
+
+/// What the coordinator of a pass hears about, from the reader and from the pool's jobs.
+enum Event<T> {
+    Batch(Vec<RawRow>),
+    Worked(u64, std::thread::Result<Vec<T>>),
+    ReadDone(std::thread::Result<Result<(), ReadError>>),
+}
+
+fn is_wanted(wanted: &[Wanted], file: u32, row: u64) -> bool {
+    let at = wanted.partition_point(|w| (w.file, w.row) < (file, row));
+    wanted
+        .get(at)
+        .is_some_and(|w| (w.file, w.row) == (file, row))
+}
+
+/// The copy numbers asked for a row (0: the original).
+fn copies_of(wanted: &[Wanted], file: u32, row: u64) -> Vec<u32> {
+    let at = wanted.partition_point(|w| (w.file, w.row) < (file, row));
+    wanted[at..]
+        .iter()
+        .take_while(|w| (w.file, w.row) == (file, row))
+        .map(|w| w.copy)
+        .collect()
 }
 
 /// The value of a job, or its panic re-raised here.
@@ -428,157 +702,28 @@ fn resume<T>(result: std::thread::Result<T>) -> T {
     result.unwrap_or_else(|panic| std::panic::resume_unwind(panic))
 }
 
-/// Marks the duplicates of a batch (their conversation is dropped unprocessed); returns the
-/// fingerprints seen for the first time.
-fn dedup_batch(deduper: &mut Deduper, rows: &mut [Processed]) -> Vec<Fingerprint> {
-    let mut first_seen = Vec::new();
-    for ready in rows.iter_mut().filter_map(|p| p.result.as_mut().ok()) {
-        if let Some(fp) = ready.fingerprint {
-            if deduper.is_duplicate(fp) {
-                ready.conversation = None;
-            } else {
-                first_seen.push(fp);
-            }
-        }
+/// A `rejects.jsonl` / `filtered.jsonl` line.
+fn write_note(w: &mut dyn Write, plan: &Plan, note: &RowNote, name: &str) -> Result<(), RunError> {
+    let source = &plan.sources[note.source];
+    let mut record = serde_json::Map::new();
+    record.insert("source".into(), Value::from(source.name.as_str()));
+    record.insert(
+        "file".into(),
+        Value::from(source.display_files[note.file as usize].as_str()),
+    );
+    record.insert("row".into(), Value::from(note.row));
+    record.insert(
+        "sample_id".into(),
+        Value::from(format!("{}:{}:{}", source.name, note.file, note.row)),
+    );
+    record.insert("reason".into(), Value::from(note.reason.as_str()));
+    if !note.message.is_empty() {
+        record.insert("message".into(), Value::from(note.message.as_str()));
     }
-    first_seen
-}
-
-/// The in-order part of a source: accounting, side outputs, spilling.
-struct Commit<'a, 's> {
-    stage: Stage<'a>,
-    limit: Option<u64>,
-    stats: SourceStats,
-    sequence: &'s mut u64,
-}
-
-impl Commit<'_, '_> {
-    /// Commits one processed batch. Once the source's `take` is satisfied, returns the
-    /// fingerprints first seen in the rows of the batch after it (counted, never used).
-    fn batch(
-        &mut self,
-        rows: Vec<Processed>,
-        sinks: &mut Sinks,
-    ) -> Result<Option<Vec<Fingerprint>>, RunError> {
-        let mut done = false;
-        let mut unused = Vec::new();
-        for processed in rows {
-            self.stats.read += 1;
-            if done {
-                // Processed (not a duplicate) with a fingerprint: its first sighting.
-                if let Ok(Ready {
-                    fingerprint: Some(fp),
-                    work: Some(_),
-                    ..
-                }) = &processed.result
-                {
-                    unused.push(*fp);
-                }
-                *self
-                    .stats
-                    .filtered
-                    .entry(FilterReason::TakeLimit)
-                    .or_default() += 1;
-                continue;
-            }
-            let ready = match processed.result {
-                Ok(ready) => ready,
-                Err(Skip::Rejected(reject)) => {
-                    self.reject(processed.file, processed.row, &reject, sinks)?;
-                    continue;
-                }
-                Err(Skip::Filtered(reason)) => {
-                    *self.stats.filtered.entry(reason).or_default() += 1;
-                    continue;
-                }
-            };
-            let Some(work) = ready.work else {
-                self.stats.deduplicated += 1;
-                continue;
-            };
-            self.stats.encoder_checked_rows += u64::from(work.checked.encoder);
-            self.stats.renderer_checked_rows += u64::from(work.checked.renderer);
-            let row = || {
-                let source = self.stage.source();
-                format!(
-                    "{} row {}",
-                    source.display_files[processed.file], processed.row
-                )
-            };
-            match work.outcome {
-                Outcome::EncoderMismatch(detail) => {
-                    return Err(RunError::EncoderMismatch { row: row(), detail });
-                }
-                Outcome::RendererMismatch(detail) => {
-                    return Err(RunError::RendererMismatch { row: row(), detail });
-                }
-                Outcome::Kept(kept) => {
-                    self.keep(&ready.repairs, kept, sinks)?;
-                    done = self.limit.is_some_and(|n| self.stats.kept >= n);
-                }
-                Outcome::Rejected(reject) => {
-                    self.reject(processed.file, processed.row, &reject, sinks)?
-                }
-                Outcome::Filtered(reason) => *self.stats.filtered.entry(reason).or_default() += 1,
-            }
-        }
-        Ok(done.then_some(unused))
+    for (k, v) in &note.extra {
+        record.insert((*k).into(), Value::from(v.as_str()));
     }
-
-    fn keep(
-        &mut self,
-        repairs: &Repairs,
-        kept: KeptRows,
-        sinks: &mut Sinks,
-    ) -> Result<(), RunError> {
-        self.stats.kept += 1;
-        self.stats.truncated_rows += kept.truncated_rows;
-        self.stats.supervised_tokens += kept.supervised_tokens;
-        let mut seen = Vec::new();
-        for r in repairs {
-            if !seen.contains(r) {
-                seen.push(*r);
-                *self.stats.repaired.entry(*r).or_default() += 1;
-            }
-        }
-        sinks
-            .conversations
-            .write_all(kept.line.as_bytes())
-            .map_err(|e| RunError::SideOutput("conversations.jsonl".to_owned(), e))?;
-        for mut row in kept.rows {
-            if !self.stage.plan.shuffle {
-                row.key = *self.sequence;
-            }
-            *self.sequence += 1;
-            self.stats.rows += 1;
-            self.stats.tokens += row.ids.len() as u64;
-            sinks.spill.push(&row)?;
-        }
-        Ok(())
-    }
-
-    fn reject(
-        &mut self,
-        file: usize,
-        row: u64,
-        reject: &Reject,
-        sinks: &mut Sinks,
-    ) -> Result<(), RunError> {
-        *self.stats.rejected.entry(reject.reason).or_default() += 1;
-        let source = self.stage.source();
-        let record = serde_json::json!({
-            "source": source.name,
-            "file": source.display_files[file],
-            "row": row,
-            "reason": reject.reason.code(),
-            "message": reject.message,
-        });
-        write_line(sinks.rejects, &record, "rejects.jsonl")
-    }
-}
-
-fn write_line(w: &mut dyn Write, value: &Value, name: &str) -> Result<(), RunError> {
-    let mut line = value.to_string();
+    let mut line = Value::Object(record).to_string();
     line.push('\n');
     w.write_all(line.as_bytes())
         .map_err(|e| RunError::SideOutput(name.to_owned(), e))

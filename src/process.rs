@@ -70,18 +70,6 @@ pub enum Outcome<K> {
     RendererMismatch(String),
 }
 
-impl<K> Outcome<K> {
-    pub(crate) fn map_kept<T>(self, f: impl FnOnce(K) -> T) -> Outcome<T> {
-        match self {
-            Outcome::Kept(k) => Outcome::Kept(f(k)),
-            Outcome::Rejected(r) => Outcome::Rejected(r),
-            Outcome::Filtered(f) => Outcome::Filtered(f),
-            Outcome::EncoderMismatch(m) => Outcome::EncoderMismatch(m),
-            Outcome::RendererMismatch(m) => Outcome::RendererMismatch(m),
-        }
-    }
-}
-
 /// A conversation's rows rendered, up to its first render failure.
 struct Rendered {
     rows: Vec<RenderedRow>,

@@ -41,6 +41,15 @@ fn demo_sources() -> String {
     )
 }
 
+/// `pipelines/demo.yaml` from `render:` to `output:` (every curation step, the mix and the
+/// sources, with paths made absolute).
+fn demo_pipeline_body() -> String {
+    let text = std::fs::read_to_string(root("pipelines/demo.yaml")).expect("demo.yaml");
+    let start = text.find("\nrender:").expect("render:");
+    let end = text.find("\noutput:").expect("output:");
+    text[start + 1..end + 1].replace("../", &format!("{ROOT}/"))
+}
+
 fn build(pipeline: &Path, threads: usize) -> Output {
     bin()
         .args(["build", "--threads", &threads.to_string()])
@@ -65,7 +74,7 @@ fn demo_build_is_byte_identical_at_1_and_2_threads_and_accounts_for_every_row() 
             &dir,
             &format!(
                 "{}output:\n  dir: out\n  rows_per_shard: 64\n",
-                demo_sources()
+                demo_pipeline_body()
             ),
         );
         let out = build(&p, threads);
@@ -100,7 +109,11 @@ fn demo_build_is_byte_identical_at_1_and_2_threads_and_accounts_for_every_row() 
     // Exact accounting of the demo data (see tests/fixtures/demo/make_demo.py).
     let s = &m1["sources"];
     assert_eq!(s["chat"]["read"], 155);
-    assert_eq!(s["chat"]["kept"], 150);
+    // The mix: 220 conversations; alpaca's take (50) and curation's 29 survivors first, the
+    // other 141 shared 3:1 by largest remainder (105.75 → 106, 35.25 → 35).
+    assert_eq!(s["chat"]["kept"], 106);
+    assert_eq!(s["chat"]["sampled_out"], 150 - 106);
+    assert_eq!(s["tools"]["kept"], 35);
     for reason in [
         "invalid_json",
         "unknown_role",
@@ -113,6 +126,65 @@ fn demo_build_is_byte_identical_at_1_and_2_threads_and_accounts_for_every_row() 
     assert_eq!(s["tools"]["deduplicated"], 5);
     assert_eq!(s["alpaca"]["kept"], 50);
     assert_eq!(s["alpaca"]["rejected"]["empty_response"], 1);
+    // Every curation step on its fixture rows (tests/fixtures/demo/make_curation.py).
+    let c = &s["curation"];
+    assert_eq!(c["read"], 43);
+    assert_eq!(c["filtered"]["language"], 4);
+    assert_eq!(c["filtered"]["refusals"], 2);
+    assert_eq!(c["filtered"]["repetition"], 1);
+    assert_eq!(c["near_duplicate"], 4);
+    assert_eq!(c["contaminated"], 3);
+    assert_eq!(c["kept"], 29);
+    let kept: u64 = s
+        .as_object()
+        .expect("sources")
+        .values()
+        .map(|st| st["kept"].as_u64().unwrap_or(0))
+        .sum();
+    assert_eq!(kept, 220, "the mix total");
+    let filtered = std::fs::read_to_string(outputs[0].join("filtered.jsonl")).expect("filtered");
+    let lines: Vec<serde_json::Value> = filtered
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("json"))
+        .collect();
+    let by = |reason: &str| -> Vec<(String, String)> {
+        lines
+            .iter()
+            .filter(|l| l["reason"] == reason)
+            .map(|l| {
+                let of = ["duplicate_of", "item"]
+                    .iter()
+                    .find_map(|k| l[*k].as_str())
+                    .unwrap_or_default();
+                (
+                    l["sample_id"].as_str().unwrap_or_default().to_owned(),
+                    of.to_owned(),
+                )
+            })
+            .collect()
+    };
+    let pairs = |v: &[(&str, &str)]| -> Vec<(String, String)> {
+        v.iter()
+            .map(|(a, b)| (a.to_string(), b.to_string()))
+            .collect()
+    };
+    assert_eq!(
+        by("near_duplicate"),
+        pairs(&[
+            ("curation:0:25", "curation:0:24"),
+            ("curation:0:27", "curation:0:26"),
+            ("curation:0:29", "curation:0:28"),
+            ("curation:0:31", "curation:0:30"),
+        ])
+    );
+    assert_eq!(
+        by("contaminated"),
+        pairs(&[
+            ("curation:0:32", "HumanEval/0"),
+            ("curation:0:33", "HumanEval/10"),
+            ("curation:0:34", "HumanEval/2"),
+        ])
+    );
     for (name, st) in s.as_object().expect("sources") {
         let sum = |k: &str| {
             st[k].as_object().map_or(0, |o| {
@@ -125,7 +197,15 @@ fn demo_build_is_byte_identical_at_1_and_2_threads_and_accounts_for_every_row() 
                 st["kept"].as_u64().unwrap_or(0)
                     + sum("rejected")
                     + sum("filtered")
-                    + st["deduplicated"].as_u64().unwrap_or(0)
+                    + [
+                        "deduplicated",
+                        "near_duplicate",
+                        "contaminated",
+                        "sampled_out"
+                    ]
+                    .iter()
+                    .map(|k| st[*k].as_u64().unwrap_or(0))
+                    .sum::<u64>()
             ),
             "{name}"
         );
@@ -142,7 +222,7 @@ fn demo_build_is_byte_identical_at_1_and_2_threads_and_accounts_for_every_row() 
     let rejects = std::fs::read_to_string(outputs[0].join("rejects.jsonl")).expect("rejects");
     assert_eq!(rejects.lines().count(), 6);
     assert!(
-        rejects.contains(r#""row":33,"reason":"special_token_in_content""#),
+        rejects.contains(r#""row":33,"sample_id":"chat:0:33","reason":"special_token_in_content""#),
         "{rejects}"
     );
 }
@@ -495,30 +575,29 @@ fn a_file_that_breaks_off_mid_build_stops_it_naming_the_file_and_record() {
         );
         assert!(!tmp.path().join("out").exists());
     }
-    // A `take` met before the break: the rows after it are not needed, so neither is the error,
-    // even when the reader reaches the break (well within the batches in flight) before the
-    // first batch is committed.
-    let (_, p) = broken("early.json", 1500, "    take: 10\n");
+    // A `take` is a uniform sample of the whole source, so the whole source is read: a break
+    // anywhere fails the build, however small the take.
+    let (file, p) = broken("early.json", 1500, "    take: 10\n");
     for threads in [1, 2] {
         let out = build(&p, threads);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{stderr}");
         assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        assert_eq!(
-            manifest(&tmp.path().join("out"))["sources"]["broken"]["kept"],
-            10
+            stderr.contains(&format!(
+                "`{}` is not valid JSON near record 1500",
+                file.display()
+            )),
+            "{stderr}"
         );
     }
 }
 
 #[test]
-fn take_stops_a_source_without_counting_or_remembering_rows_read_ahead() {
-    // Rows are processed up to 16 batches ahead of the in-order commit; with a `take`, a batch
-    // holds at most `take` rows. When `take` is met, the rows read ahead must leave no trace:
-    // not counted, and not seen by cross-source dedup; and the reader, stalled for lack of
-    // room, must stop.
+fn take_is_an_exact_seeded_sample_and_dedup_keeps_the_first_position() {
+    // `take: 10` of 6,000 rows: exactly 10 kept, chosen by selection key (the same rows at any
+    // thread count), the rest sampled out without being tokenized; `sample: first` keeps the
+    // first 10 survivors in file order. Dedup runs before selection: source b's copies of
+    // rows of a are duplicates of a's rows, whether or not those were selected.
     let tmp = tempfile::tempdir().expect("tempdir");
     let chat = |i: usize| {
         serde_json::json!({"messages": [
@@ -526,7 +605,7 @@ fn take_stops_a_source_without_counting_or_remembering_rows_read_ahead() {
             {"role": "assistant", "content": format!("answer {i}")}]})
         .to_string()
     };
-    // Row 2 has no assistant turn (rejected), so the take of 10 is met in the second batch.
+    // Row 2 has no assistant turn (rejected).
     let mut first: Vec<String> = (0..6000).map(chat).collect();
     first[2] =
         serde_json::json!({"messages": [{"role": "user", "content": "question 2"}]}).to_string();
@@ -534,35 +613,61 @@ fn take_stops_a_source_without_counting_or_remembering_rows_read_ahead() {
     let (a, b) = (tmp.path().join("a.jsonl"), tmp.path().join("b.jsonl"));
     std::fs::write(&a, first.join("\n")).expect("write a");
     std::fs::write(&b, second.join("\n")).expect("write b");
-    let p = pipeline(
-        tmp.path(),
-        &format!(
-            "dedup: true\nmin_supervised_tokens: 1\nsources:\n  - name: a\n    files: [{}]\n    format: openai\n    take: 10\n  - name: b\n    files: [{}]\n    format: openai\noutput:\n  dir: out\n",
-            a.display(),
-            b.display()
-        ),
-    );
-    for threads in [1, 2] {
-        std::fs::remove_dir_all(tmp.path().join("out")).ok();
-        let out = build(&p, threads);
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
+    let kept_rows = |out: &std::path::Path| -> Vec<String> {
+        let text = std::fs::read_to_string(out.join("conversations.jsonl")).expect("read");
+        let mut ids: Vec<String> = text
+            .lines()
+            .map(|l| {
+                let v: serde_json::Value = serde_json::from_str(l).expect("json");
+                v["id"].as_str().expect("id").to_owned()
+            })
+            .filter(|id| id.starts_with("a:"))
+            .collect();
+        ids.sort();
+        ids
+    };
+    let mut samples = Vec::new();
+    for sample in ["random", "first"] {
+        let p = pipeline(
+            tmp.path(),
+            &format!(
+                "dedup: true\nmin_supervised_tokens: 1\nsources:\n  - name: a\n    files: [{}]\n    format: openai\n    take: 10\n    sample: {sample}\n  - name: b\n    files: [{}]\n    format: openai\noutput:\n  dir: out-{sample}\n",
+                a.display(),
+                b.display()
+            ),
         );
-        let m = manifest(&tmp.path().join("out"));
-        let s = &m["sources"];
-        // Source a: two batches of 10 are committed; rows 0, 1 and 3..=10 are kept, and rows
-        // 11..20 are past the take.
-        assert_eq!(s["a"]["read"], 20);
-        assert_eq!(s["a"]["kept"], 10);
-        assert_eq!(s["a"]["rejected"]["no_assistant_turn"], 1);
-        assert_eq!(s["a"]["filtered"]["take_limit"], 9);
-        // Source b: row 3 was kept from a; rows 15, 100 and 5000 never were, whatever was read
-        // ahead, so they are new here.
-        assert_eq!(s["b"]["deduplicated"], 1);
-        assert_eq!(s["b"]["kept"], 4);
+        let mut seen = Vec::new();
+        for threads in [1, 2] {
+            let out = tmp.path().join(format!("out-{sample}"));
+            std::fs::remove_dir_all(&out).ok();
+            let run = build(&p, threads);
+            assert!(
+                run.status.success(),
+                "{}",
+                String::from_utf8_lossy(&run.stderr)
+            );
+            let m = manifest(&out);
+            let s = &m["sources"];
+            assert_eq!(s["a"]["read"], 6000);
+            assert_eq!(s["a"]["kept"], 10);
+            assert_eq!(s["a"]["rejected"]["no_assistant_turn"], 1);
+            assert_eq!(s["a"]["sampled_out"], 5989);
+            assert_eq!(s["b"]["read"], 5);
+            assert_eq!(s["b"]["deduplicated"], 4);
+            assert_eq!(s["b"]["kept"], 1);
+            seen.push(kept_rows(&out));
+        }
+        assert_eq!(seen[0], seen[1], "{sample}: the sample depends on threads");
+        samples.push(seen.remove(0));
     }
+    let first_ten: Vec<String> = [0, 1, 3, 4, 5, 6, 7, 8, 9, 10]
+        .iter()
+        .map(|r| format!("a:0:{r}"))
+        .collect();
+    let mut first_ten = first_ten;
+    first_ten.sort();
+    assert_eq!(samples[1], first_ten);
+    assert_ne!(samples[0], first_ten, "a random sample of 10 of 5,999 rows");
 }
 
 #[test]

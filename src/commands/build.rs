@@ -92,6 +92,7 @@ fn build(
     let spill_dir = staging.join(".spill");
     let mut spill = Spill::new(&spill_dir, plan.shuffle)?;
     let mut rejects = create(&staging.join("rejects.jsonl"))?;
+    let mut filtered = create(&staging.join("filtered.jsonl"))?;
     // Hundreds of MB for a large build, never read back: written around the page cache.
     let path = staging.join("conversations.jsonl");
     let mut conversations = write::OutputFile::create(&path)
@@ -99,15 +100,24 @@ fn build(
     let mut sinks = Sinks {
         spill: &mut spill,
         rejects: &mut rejects,
+        filtered: &mut filtered,
         conversations: &mut conversations,
     };
     timings.end_phase(Phase::StartUp);
-    let stats = pipeline::run(plan, &processor, &mut sinks, &progress, &pool, timings)?;
+    let run = pipeline::run(plan, &processor, &mut sinks, &progress, &pool, timings)?;
     progress.finish();
     rejects.flush().context("failed to write rejects.jsonl")?;
+    filtered.flush().context("failed to write filtered.jsonl")?;
     conversations
         .flush()
         .context("failed to write conversations.jsonl")?;
+    drop(conversations);
+    let settled = run.settled;
+    if !settled.excluded_lines.is_empty() {
+        write::drop_line_ranges(&path, &settled.excluded_lines)
+            .with_context(|| format!("failed to rewrite `{}`", path.display()))?;
+    }
+    let stats = settled.stats.clone();
     timings.end_phase(Phase::Rows);
 
     let named: Vec<(String, SourceStats)> = plan
@@ -117,12 +127,15 @@ fn build(
         .zip(stats.iter().cloned())
         .collect();
     printer.info(&summary_table(&named));
+    if let Some(target) = &plan.mix {
+        printer.info(&crate::report::mix_table(target, &settled.mix));
+    }
     for (name, s) in &named {
         if !s.balanced() {
             bail!("internal error: the accounting of source `{name}` does not balance: {s:?}");
         }
     }
-    let total_rows = spill.rows();
+    let total_rows = spill.rows() - settled.excluded_rows;
     if total_rows == 0 {
         bail!(
             "no rows were kept, so no dataset was written; see `{}` for the reasons",
@@ -137,6 +150,7 @@ fn build(
         total_rows,
         plan.rows_per_shard,
         source_names,
+        &settled.excluded,
     )?;
     let input_files = match hashing.join() {
         Ok(files) => files?,
@@ -167,6 +181,7 @@ fn build(
         input_files,
         &backend,
         processor.renderer.native(),
+        settled.mix,
     );
     let manifest_json = write::pretty(&serde_json::to_value(&manifest)?);
     write_file(&staging.join("manifest.json"), &manifest_json)?;
@@ -273,6 +288,7 @@ fn write_shards(
     total_rows: u64,
     rows_per_shard: usize,
     sources: Arc<Vec<String>>,
+    excluded: &std::collections::HashSet<String>,
 ) -> Result<Vec<write::ShardSummary>> {
     let count = total_rows.div_ceil(rows_per_shard as u64) as usize;
     let buckets = spill.finish()?;
@@ -326,6 +342,16 @@ fn write_shards(
                     Err(e) => return fail(shard, e),
                 };
                 for row in bucket.rows() {
+                    // Rows tokenized but not selected (CURATION.md): `source:file:row` of the
+                    // `source:file:row:segment` id.
+                    if !excluded.is_empty()
+                        && row
+                            .sample_id
+                            .rsplit_once(':')
+                            .is_some_and(|(conversation, _)| excluded.contains(conversation))
+                    {
+                        continue;
+                    }
                     if let Err(message) = builder.push(&row, &sources) {
                         return fail(shard, arrow_err(shard, message));
                     }
@@ -414,6 +440,24 @@ fn input_files(plan: &Plan, cancel: &AtomicBool, timings: &Timings) -> Result<Ve
             });
         }
     }
+    if let Some(d) = &plan.decontaminate {
+        for (bench, (paths, shown)) in d
+            .config
+            .benchmarks
+            .iter()
+            .zip(d.files.iter().zip(&d.display_files))
+        {
+            for (path, shown) in paths.iter().zip(shown) {
+                let (bytes, sha256) = hash_file(path, cancel, timings)?;
+                files.push(InputFile {
+                    source: format!("benchmark {}", bench.name),
+                    path: shown.clone(),
+                    bytes,
+                    sha256,
+                });
+            }
+        }
+    }
     Ok(files)
 }
 
@@ -424,6 +468,7 @@ fn manifest(
     files: Vec<InputFile>,
     backend: &BackendReport,
     native: Option<&'static str>,
+    mix: Vec<crate::curate::ledger::MixLine>,
 ) -> Manifest {
     let renderer = write::manifest::Renderer {
         requested: plan.template.engine,
@@ -475,6 +520,13 @@ fn manifest(
             length_policy: plan.length_policy,
             min_supervised_tokens: plan.min_supervised_tokens,
             dedup: plan.dedup,
+            near_dup: plan.near_dup.clone(),
+            decontaminate: plan.decontaminate.as_ref().map(|d| d.config.clone()),
+            filters: plan
+                .sources
+                .iter()
+                .map(|s| (s.name.clone(), s.filters.names()))
+                .collect(),
             shuffle: plan.shuffle,
             rows_per_shard: plan.rows_per_shard,
         },
@@ -484,6 +536,10 @@ fn manifest(
         encoder,
         renderer,
         sources: sources.into_iter().collect(),
+        mix: plan.mix.clone().map(|target| write::manifest::Mix {
+            target,
+            sources: mix,
+        }),
         shards,
     }
 }
@@ -571,8 +627,15 @@ mod tests {
                     })
                     .expect("push");
             }
-            let shards =
-                write_shards(dir.path(), spill, total, per_shard, Arc::new(vec![])).expect("write");
+            let shards = write_shards(
+                dir.path(),
+                spill,
+                total,
+                per_shard,
+                Arc::new(vec![]),
+                &Default::default(),
+            )
+            .expect("write");
             let sizes: Vec<u64> = shards.iter().map(|s| s.rows).collect();
             let mut expected = vec![per_shard as u64; (total / per_shard as u64) as usize];
             if !total.is_multiple_of(per_shard as u64) {

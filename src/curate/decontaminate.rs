@@ -19,7 +19,7 @@ use std::path::PathBuf;
 use xxhash_rust::xxh3::xxh3_64_with_seed;
 
 /// `decontaminate:` in the YAML.
-#[derive(Deserialize, Debug, Clone)]
+#[derive(Deserialize, Debug, Clone, serde::Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct DecontamConfig {
     /// Words per n-gram in `words` mode.
@@ -44,7 +44,7 @@ fn default_window() -> usize {
     50
 }
 
-#[derive(Deserialize, Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Deserialize, Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum DecontamMode {
     #[default]
@@ -54,7 +54,7 @@ pub enum DecontamMode {
 
 /// One benchmark: local `files` or a `hub:` entry (the build resolves either to paths), and
 /// which columns hold the item id and its text.
-#[derive(Deserialize, Debug, Clone)]
+#[derive(Deserialize, Debug, Clone, serde::Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct BenchmarkConfig {
     pub name: String,
@@ -65,7 +65,7 @@ pub struct BenchmarkConfig {
     pub columns: BenchmarkColumns,
 }
 
-#[derive(Deserialize, Debug, Clone, PartialEq, Eq)]
+#[derive(Deserialize, Debug, Clone, PartialEq, Eq, serde::Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct BenchmarkColumns {
     /// The item id (a string or an integer), e.g. `task_id`.

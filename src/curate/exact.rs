@@ -10,7 +10,7 @@ use std::collections::HashMap;
 pub type Fingerprint = [u8; 16];
 
 /// What two rows must share to be exact duplicates.
-#[derive(Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default)]
+#[derive(Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum DedupKey {
     /// The whole normalized conversation: messages and tool schemas.

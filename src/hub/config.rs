@@ -57,7 +57,7 @@ fn default_revision() -> String {
 
 /// A `hub:` block exactly as the pipeline YAML writes it, e.g.
 /// `hub: {repo: Open-Orca/OpenOrca, revision: main, files: ["*.parquet"]}`.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct HubEntry {
     /// The repository id, `owner/name`.

@@ -1,6 +1,6 @@
 //! The `hub:` entries of a pipeline YAML, read on their own so `chatshards lock` and `fetch`
-//! work before (and independently of) the planner. Only `tokenizer.hub`, `template.hub` and
-//! `sources[].hub` are read; every other key is ignored here and checked by the planner.
+//! work before (and independently of) the planner. Only `tokenizer.hub`, `template.hub`,
+//! `sources[].hub` and `decontaminate.benchmarks[].hub` are read; every other key is ignored here and checked by the planner.
 
 use super::config::{HubEntry, HubSpec, RepoKind};
 use super::error::HubError;
@@ -15,6 +15,14 @@ struct PipelineHubs {
     template: Option<Holder>,
     #[serde(default)]
     sources: Vec<Holder>,
+    #[serde(default)]
+    decontaminate: Option<Benchmarks>,
+}
+
+#[derive(Deserialize)]
+struct Benchmarks {
+    #[serde(default)]
+    benchmarks: Vec<Holder>,
 }
 
 /// Any mapping that may carry a `hub:` block.
@@ -52,6 +60,16 @@ pub fn hub_specs_in(text: &str, path: &Path) -> Result<Vec<HubSpec>, HubError> {
     for (index, holder) in hubs.sources.into_iter().enumerate() {
         if let Some(entry) = holder.hub {
             located.push((format!("sources[{index}].hub"), entry, RepoKind::Dataset));
+        }
+    }
+    let benchmarks = hubs.decontaminate.map(|d| d.benchmarks).unwrap_or_default();
+    for (index, holder) in benchmarks.into_iter().enumerate() {
+        if let Some(entry) = holder.hub {
+            located.push((
+                format!("decontaminate.benchmarks[{index}].hub"),
+                entry,
+                RepoKind::Dataset,
+            ));
         }
     }
     located

@@ -32,9 +32,22 @@ pub struct PipelineConfig {
     /// Fewest supervised (loss-masked) tokens a row must have.
     #[serde(default = "default_min_supervised_tokens")]
     pub min_supervised_tokens: usize,
-    /// Drop exact duplicate conversations across all sources (first occurrence wins).
-    #[serde(default = "default_true")]
-    pub dedup: bool,
+    /// Exact dedup across all sources: `true` (the whole conversation, the default), `false`,
+    /// or `{key: conversation | prompt}`. The copy at the smallest position survives.
+    #[serde(default)]
+    pub dedup: crate::curate::exact::DedupConfig,
+    /// Filters applied to every source, before each source's own, in the order written.
+    #[serde(default)]
+    pub filters: Vec<crate::curate::filters::FilterConfig>,
+    /// Near-duplicate removal across all sources (MinHash + LSH); off when absent.
+    #[serde(default)]
+    pub near_dup: Option<crate::curate::near_dup::NearDupConfig>,
+    /// Benchmark decontamination; off when absent.
+    #[serde(default)]
+    pub decontaminate: Option<crate::curate::decontaminate::DecontamConfig>,
+    /// A mix target shared by the sources' `weight`s; without it each source keeps its `take`.
+    #[serde(default)]
+    pub mix: Option<crate::curate::select::MixConfig>,
     pub sources: Vec<SourceConfig>,
     pub output: OutputConfig,
 }
@@ -148,6 +161,16 @@ pub struct SourceConfig {
     /// How many rows to keep from this source: a count, or `all`.
     #[serde(default)]
     pub take: Take,
+    /// How `take` (or the source's share of a `mix`) picks rows: `random` (an exact seeded
+    /// uniform sample, the default) or `first` (in file order).
+    #[serde(default)]
+    pub sample: crate::curate::select::Sample,
+    /// The source's weight in the pipeline's `mix`.
+    #[serde(default)]
+    pub weight: Option<f64>,
+    /// Filters for this source only, after the global ones.
+    #[serde(default)]
+    pub filters: Vec<crate::curate::filters::FilterConfig>,
     /// `agentic` only: keep only trajectories known to be resolved (others are filtered with
     /// reason `unresolved`, counted but not written as rejects).
     #[serde(default)]

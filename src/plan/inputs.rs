@@ -30,6 +30,8 @@ pub(super) struct Inputs {
     pub tokenizer: Option<PathBuf>,
     pub template: Option<PathBuf>,
     pub sources: Vec<Vec<InputFile>>,
+    /// Per benchmark of `decontaminate.benchmarks`.
+    pub benchmarks: Vec<Vec<InputFile>>,
     pub hub_files: Vec<ResolvedFile>,
     pub notes: Vec<String>,
 }
@@ -40,6 +42,7 @@ enum Slot {
     Tokenizer,
     Template,
     Source(usize),
+    Benchmark(usize),
 }
 
 pub(super) fn resolve(
@@ -49,10 +52,15 @@ pub(super) fn resolve(
     errors: &mut Vec<String>,
 ) -> Result<Inputs, PlanError> {
     let base = pipeline.parent().unwrap_or(Path::new("."));
+    let benchmarks = config
+        .decontaminate
+        .as_ref()
+        .map_or(&[][..], |d| d.benchmarks.as_slice());
     let mut inputs = Inputs {
         tokenizer: None,
         template: None,
         sources: vec![Vec::new(); config.sources.len()],
+        benchmarks: vec![Vec::new(); benchmarks.len()],
         hub_files: Vec::new(),
         notes: Vec::new(),
     };
@@ -96,6 +104,31 @@ pub(super) fn resolve(
             _ => errors.push(format!(
                 "sources[{i}] (`{}`): needs exactly one of a non-empty `files` and `hub`",
                 source.name
+            )),
+        }
+    }
+    for (i, bench) in benchmarks.iter().enumerate() {
+        match (bench.files.is_empty(), &bench.hub) {
+            (false, None) => {
+                inputs.benchmarks[i] = bench
+                    .files
+                    .iter()
+                    .map(|f| InputFile {
+                        local: base.join(f),
+                        display: f.display().to_string(),
+                    })
+                    .collect()
+            }
+            (true, Some(h)) => want(
+                Slot::Benchmark(i),
+                &format!("decontaminate.benchmarks[{i}]"),
+                h,
+                RepoKind::Dataset,
+                errors,
+            ),
+            _ => errors.push(format!(
+                "decontaminate.benchmarks[{i}] (`{}`): needs exactly one of a non-empty `files` and `hub`",
+                bench.name
             )),
         }
     }
@@ -158,6 +191,7 @@ pub(super) fn resolve(
             Slot::Tokenizer => inputs.tokenizer = single("tokenizer", errors),
             Slot::Template => inputs.template = single("template", errors),
             Slot::Source(i) => inputs.sources[*i] = local,
+            Slot::Benchmark(i) => inputs.benchmarks[*i] = local,
         }
         inputs.hub_files.extend(files);
     }

@@ -37,7 +37,11 @@ pub struct Plan {
     pub max_tokens: usize,
     pub length_policy: LengthPolicy,
     pub min_supervised_tokens: usize,
-    pub dedup: bool,
+    /// Exact dedup key, when on.
+    pub dedup: Option<crate::curate::exact::DedupKey>,
+    pub near_dup: Option<crate::curate::near_dup::NearDupConfig>,
+    pub decontaminate: Option<DecontamPlan>,
+    pub mix: Option<crate::curate::select::MixConfig>,
     pub sources: Vec<SourcePlan>,
     pub output_dir: PathBuf,
     pub rows_per_shard: usize,
@@ -66,7 +70,22 @@ pub struct SourcePlan {
     /// The files as written in the pipeline (relative paths), for manifests and reject files.
     pub display_files: Vec<String>,
     pub adapter: Adapter,
-    pub take: Take,
+    /// Rows to keep (`None`: all, or the source's share of the mix).
+    pub take: Option<u64>,
+    pub sample: crate::curate::select::Sample,
+    pub weight: Option<f64>,
+    /// The global filters, then the source's own.
+    pub filters: crate::curate::filters::Filters,
+}
+
+/// Benchmark decontamination with its files resolved.
+#[derive(Debug)]
+pub struct DecontamPlan {
+    pub config: crate::curate::decontaminate::DecontamConfig,
+    /// Per benchmark (in `config.benchmarks` order): the local files.
+    pub files: Vec<Vec<PathBuf>>,
+    /// The same files as written (or `hf://...`), for the manifest.
+    pub display_files: Vec<Vec<String>>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -194,7 +213,21 @@ pub fn compile(path: &Path, access: HubAccess) -> Result<Plan, PlanError> {
                 source.name
             ));
         }
-        match compile_source(&inputs.sources[i], source) {
+        if config.mix.is_none() && source.weight.is_some() {
+            errors.push(format!(
+                "sources[{i}] (`{}`): `weight` needs a pipeline-level `mix` (e.g. `mix: {{target: rows, total: 100000}}`)",
+                source.name
+            ));
+        }
+        if let Some(w) = source.weight {
+            if !(w.is_finite() && w > 0.0) {
+                errors.push(format!(
+                    "sources[{i}] (`{}`): `weight` must be a positive number, not {w}",
+                    source.name
+                ));
+            }
+        }
+        match compile_source(&inputs.sources[i], source, &config.filters) {
             Ok(s) => sources.push(s),
             Err(e) => errors.extend(
                 e.into_iter()
@@ -203,6 +236,30 @@ pub fn compile(path: &Path, access: HubAccess) -> Result<Plan, PlanError> {
         }
     }
 
+    if let Some(names) = config.near_dup.as_ref().and_then(|n| n.sources.as_ref()) {
+        for name in names {
+            if !config.sources.iter().any(|s| &s.name == name) {
+                errors.push(format!(
+                    "near_dup.sources: `{name}` is not the name of a source"
+                ));
+            }
+        }
+    }
+    if let Some(n) = &config.near_dup {
+        if let Err(e) = n.check() {
+            errors.push(e);
+        }
+    }
+    if let Some(d) = &config.decontaminate {
+        if let Err(e) = d.check() {
+            errors.push(e);
+        }
+    }
+    if let Some(mix) = &config.mix {
+        if mix.total == 0 {
+            errors.push("mix.total must be at least 1".into());
+        }
+    }
     match (template, errors.is_empty()) {
         (Some(template), true) => Ok(Plan {
             name: config.name,
@@ -219,7 +276,22 @@ pub fn compile(path: &Path, access: HubAccess) -> Result<Plan, PlanError> {
             max_tokens: config.max_tokens,
             length_policy: config.length_policy,
             min_supervised_tokens: config.min_supervised_tokens,
-            dedup: config.dedup,
+            dedup: config.dedup.key(),
+            near_dup: config.near_dup,
+            decontaminate: config.decontaminate.map(|config| DecontamPlan {
+                files: inputs
+                    .benchmarks
+                    .iter()
+                    .map(|f| f.iter().map(|f| f.local.clone()).collect())
+                    .collect(),
+                display_files: inputs
+                    .benchmarks
+                    .iter()
+                    .map(|f| f.iter().map(|f| f.display.clone()).collect())
+                    .collect(),
+                config,
+            }),
+            mix: config.mix,
             sources,
             output_dir: base.join(&config.output.dir),
             rows_per_shard: config.output.rows_per_shard,
@@ -231,8 +303,15 @@ pub fn compile(path: &Path, access: HubAccess) -> Result<Plan, PlanError> {
     }
 }
 
-fn compile_source(files: &[InputFile], source: &SourceConfig) -> Result<SourcePlan, Vec<String>> {
+fn compile_source(
+    files: &[InputFile],
+    source: &SourceConfig,
+    global_filters: &[crate::curate::filters::FilterConfig],
+) -> Result<SourcePlan, Vec<String>> {
     let mut errors = Vec::new();
+    let filters = crate::curate::filters::Filters::compile(global_filters, &source.filters)
+        .map_err(|e| errors.push(format!("filters: {e}")))
+        .ok();
     for f in files {
         if !f.local.is_file() {
             errors.push(format!("input file `{}` does not exist", f.local.display()));
@@ -241,16 +320,25 @@ fn compile_source(files: &[InputFile], source: &SourceConfig) -> Result<SourcePl
     let options = FormatOptions {
         resolved_only: source.resolved_only,
     };
-    match adapter(source.format, &source.columns, &source.tags, &options) {
-        Ok(adapter) if errors.is_empty() => Ok(SourcePlan {
+    match (
+        adapter(source.format, &source.columns, &source.tags, &options),
+        filters,
+    ) {
+        (Ok(adapter), Some(filters)) if errors.is_empty() => Ok(SourcePlan {
             name: source.name.clone(),
             files: files.iter().map(|f| f.local.clone()).collect(),
             display_files: files.iter().map(|f| f.display.clone()).collect(),
             adapter,
-            take: source.take,
+            take: match source.take {
+                Take::All => None,
+                Take::Rows(n) => Some(n),
+            },
+            sample: source.sample,
+            weight: source.weight,
+            filters,
         }),
-        Ok(_) => Err(errors),
-        Err(e) => {
+        (Ok(_), _) => Err(errors),
+        (Err(e), _) => {
             errors.extend(e);
             Err(errors)
         }

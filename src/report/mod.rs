@@ -3,7 +3,7 @@
 
 pub mod timings;
 
-use crate::reject::{FilterReason, RejectReason, Repair};
+use crate::reject::{RejectReason, Repair};
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::ops::AddAssign;
@@ -15,8 +15,18 @@ pub struct SourceStats {
     pub read: u64,
     pub kept: u64,
     pub rejected: BTreeMap<RejectReason, u64>,
-    pub filtered: BTreeMap<FilterReason, u64>,
+    /// Valid rows a rule left out, by filter name (`too_long`, `unresolved`, a named filter).
+    pub filtered: BTreeMap<String, u64>,
+    /// Exact duplicates of an earlier row (`dedup`).
     pub deduplicated: u64,
+    /// In a near-duplicate group whose survivor is another row (`near_dup`).
+    pub near_duplicate: u64,
+    /// Sharing an n-gram with a benchmark item (`decontaminate`).
+    pub contaminated: u64,
+    /// Surviving rows that `take` or `mix` did not select.
+    pub sampled_out: u64,
+    /// Copies added by `mix.max_repeats` (output conversations beyond `kept`; not source rows).
+    pub repeated: u64,
     /// Rows that needed a repair, by repair (a row can have several).
     pub repaired: BTreeMap<Repair, u64>,
     /// Output rows (after `expand`).
@@ -38,9 +48,17 @@ impl SourceStats {
     pub fn filtered_total(&self) -> u64 {
         self.filtered.values().sum()
     }
-    /// `read = kept + Σ rejected + Σ filtered + deduplicated`.
+    /// `read = kept + Σ rejected + Σ filtered + deduplicated + near_duplicate + contaminated +
+    /// sampled_out`.
     pub fn balanced(&self) -> bool {
-        self.read == self.kept + self.rejected_total() + self.filtered_total() + self.deduplicated
+        self.read
+            == self.kept
+                + self.rejected_total()
+                + self.filtered_total()
+                + self.deduplicated
+                + self.near_duplicate
+                + self.contaminated
+                + self.sampled_out
     }
 }
 
@@ -52,12 +70,16 @@ impl AddAssign<&SourceStats> for SourceStats {
             *self.rejected.entry(*k).or_default() += v;
         }
         for (k, v) in &o.filtered {
-            *self.filtered.entry(*k).or_default() += v;
+            *self.filtered.entry(k.clone()).or_default() += v;
         }
         for (k, v) in &o.repaired {
             *self.repaired.entry(*k).or_default() += v;
         }
         self.deduplicated += o.deduplicated;
+        self.near_duplicate += o.near_duplicate;
+        self.contaminated += o.contaminated;
+        self.sampled_out += o.sampled_out;
+        self.repeated += o.repeated;
         self.rows += o.rows;
         self.tokens += o.tokens;
         self.supervised_tokens += o.supervised_tokens;
@@ -71,18 +93,32 @@ impl AddAssign<&SourceStats> for SourceStats {
 pub fn summary_table(sources: &[(String, SourceStats)]) -> String {
     let mut total = SourceStats::default();
     let mut lines = vec![format!(
-        "{:<24} {:>10} {:>10} {:>10} {:>10} {:>8} {:>10} {:>14} {:>14}",
-        "source", "read", "kept", "rejected", "filtered", "dedup", "rows", "tokens", "supervised"
+        "{:<24} {:>10} {:>10} {:>9} {:>9} {:>8} {:>8} {:>8} {:>10} {:>10} {:>14} {:>14}",
+        "source",
+        "read",
+        "kept",
+        "rejected",
+        "filtered",
+        "dedup",
+        "near-dup",
+        "contam",
+        "sampled",
+        "rows",
+        "tokens",
+        "supervised"
     )];
     let line = |name: &str, s: &SourceStats| {
         format!(
-            "{:<24} {:>10} {:>10} {:>10} {:>10} {:>8} {:>10} {:>14} {:>14}",
+            "{:<24} {:>10} {:>10} {:>9} {:>9} {:>8} {:>8} {:>8} {:>10} {:>10} {:>14} {:>14}",
             name,
             s.read,
             s.kept,
             s.rejected_total(),
             s.filtered_total(),
             s.deduplicated,
+            s.near_duplicate,
+            s.contaminated,
+            s.sampled_out,
             s.rows,
             s.tokens,
             s.supervised_tokens
@@ -99,13 +135,43 @@ pub fn summary_table(sources: &[(String, SourceStats)]) -> String {
             *reasons.entry(format!("rejected {}", k.code())).or_default() += v;
         }
         for (k, v) in &s.filtered {
-            *reasons.entry(format!("filtered {}", k.code())).or_default() += v;
+            *reasons.entry(format!("filtered {k}")).or_default() += v;
         }
     }
-    for (k, v) in reasons {
+    for (k, v) in reasons.into_iter().filter(|(_, v)| *v > 0) {
         lines.push(format!("  {k}: {v}"));
     }
     lines.join("\n")
+}
+
+/// The realized mix against its target, one line per source.
+pub fn mix_table(
+    target: &crate::curate::select::MixConfig,
+    lines: &[crate::curate::ledger::MixLine],
+) -> String {
+    let mut out = vec![format!(
+        "mix: {} {} (takes and sources without a weight first, the rest by weight)",
+        target.total,
+        target.target.as_str()
+    )];
+    out.push(format!(
+        "{:<24} {:>8} {:>12} {:>12} {:>14} {:>8} {:>8} {:>8}",
+        "source", "weight", "quota", "realized", "conversations", "conv %", "tok %", "sup %"
+    ));
+    for l in lines {
+        out.push(format!(
+            "{:<24} {:>8} {:>12} {:>12} {:>14} {:>7.2}% {:>7.2}% {:>7.2}%",
+            l.source,
+            l.weight.map_or_else(|| "-".to_owned(), |w| format!("{w}")),
+            l.quota,
+            l.realized,
+            l.conversations,
+            100.0 * l.share.conversations,
+            100.0 * l.share.tokens,
+            100.0 * l.share.supervised_tokens
+        ));
+    }
+    out.join("\n")
 }
 
 #[cfg(test)]
@@ -121,9 +187,9 @@ mod tests {
             ..Default::default()
         };
         s.rejected.insert(RejectReason::Template, 2);
-        s.filtered.insert(FilterReason::TooLong, 1);
+        s.filtered.insert("too_long".into(), 1);
         assert!(!s.balanced());
-        s.filtered.insert(FilterReason::TooFewSupervised, 1);
+        s.sampled_out = 1;
         assert!(s.balanced());
         let mut t = SourceStats::default();
         t += &s;

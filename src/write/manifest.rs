@@ -19,7 +19,16 @@ pub struct Manifest {
     pub encoder: Encoder,
     pub renderer: Renderer,
     pub sources: IndexMap<String, SourceStats>,
+    /// The mix target and what each source realized, when the pipeline has a `mix`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mix: Option<Mix>,
     pub shards: Vec<ShardSummary>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct Mix {
+    pub target: crate::curate::select::MixConfig,
+    pub sources: Vec<crate::curate::ledger::MixLine>,
 }
 
 #[derive(Debug, Serialize)]
@@ -75,7 +84,14 @@ pub struct Settings {
     pub max_tokens: usize,
     pub length_policy: crate::plan::config::LengthPolicy,
     pub min_supervised_tokens: usize,
-    pub dedup: bool,
+    /// Exact dedup key (`null`: off).
+    pub dedup: Option<crate::curate::exact::DedupKey>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub near_dup: Option<crate::curate::near_dup::NearDupConfig>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub decontaminate: Option<crate::curate::decontaminate::DecontamConfig>,
+    /// Each source's filters by count key, in the order they run.
+    pub filters: IndexMap<String, Vec<String>>,
     pub shuffle: bool,
     pub rows_per_shard: usize,
 }

@@ -41,3 +41,28 @@ pub enum WriteError {
     #[error("spill file `{}` is corrupt", .0.display())]
     Corrupt(std::path::PathBuf),
 }
+
+/// Rewrites a file without the given byte ranges (`(start, len)`, sorted, not overlapping): the
+/// `conversations.jsonl` lines of rows that were tokenized but not selected. Streams, so memory
+/// does not grow with the file.
+pub fn drop_line_ranges(path: &std::path::Path, ranges: &[(u64, u32)]) -> std::io::Result<()> {
+    use std::io::{BufReader, BufWriter, Read, Write};
+    let tmp = path.with_extension("jsonl.tmp");
+    {
+        let mut input = BufReader::with_capacity(1 << 20, std::fs::File::open(path)?);
+        let mut out = BufWriter::with_capacity(1 << 20, std::fs::File::create(&tmp)?);
+        let mut at = 0u64;
+        for &(start, len) in ranges {
+            let keep = start.saturating_sub(at);
+            std::io::copy(&mut input.by_ref().take(keep), &mut out)?;
+            std::io::copy(
+                &mut input.by_ref().take(u64::from(len)),
+                &mut std::io::sink(),
+            )?;
+            at = start + u64::from(len);
+        }
+        std::io::copy(&mut input, &mut out)?;
+        out.flush()?;
+    }
+    std::fs::rename(&tmp, path)
+}
