@@ -12,9 +12,10 @@ REPEAT ?= 5
 
 .PHONY: demo test test-rust test-oracle check-goldens goldens lint bench dataset clean
 
-## Build the demo dataset from fixtures shipped in the repo (offline, seconds).
+## Build the demo dataset from fixtures shipped in the repo (offline, seconds), exactly as
+## pipelines/demo.lock pins its inputs (`chatshards lock pipelines/demo.yaml` after editing them).
 demo:
-	$(BIN) build pipelines/demo.yaml
+	$(BIN) build --locked pipelines/demo.yaml
 
 ## Everything CI runs: lints, Rust tests, goldens current, demo output checked by `datasets`.
 test: lint test-rust check-goldens test-oracle
