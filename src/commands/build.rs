@@ -140,13 +140,23 @@ fn build(
     }
 
     let source_names = Arc::new(plan.sources.iter().map(|s| s.name.clone()).collect());
-    let shards = write_shards(
-        &staging,
-        spill,
-        total_rows,
-        plan.rows_per_shard,
-        source_names,
-    )?;
+    // The side outputs are complete: they are hashed (read back, up to gigabytes) beside the
+    // shard writing.
+    let (shards, side_files) = std::thread::scope(|scope| {
+        let side = scope.spawn(|| summarize(&staging, &["conversations.jsonl", "rejects.jsonl"]));
+        let shards = write_shards(
+            &staging,
+            spill,
+            total_rows,
+            plan.rows_per_shard,
+            source_names,
+        );
+        let side = match side.join() {
+            Ok(side) => side,
+            Err(panic) => std::panic::resume_unwind(panic),
+        };
+        Ok::<_, anyhow::Error>((shards?, side?))
+    })?;
     let input_files = match hashing.join() {
         Ok(files) => files?,
         Err(panic) => std::panic::resume_unwind(panic),
@@ -164,7 +174,7 @@ fn build(
         &write::state_json(&shard_files, &dataset_sha256[..identity::FINGERPRINT_CHARS]),
     )?;
     let pipeline = record_pipeline(plan, out, &staging)?;
-    let files = summarize_files(&staging)?;
+    let files = summarize_files(&staging, side_files)?;
     let manifest = manifest(
         plan,
         Outputs {
@@ -477,10 +487,8 @@ fn record_pipeline(plan: &Plan, out: &Path, staging: &Path) -> Result<PipelineRe
 }
 
 /// Size and SHA-256 of every file in the staging directory but the shards and the manifest,
-/// by name.
-fn summarize_files(staging: &Path) -> Result<Vec<FileSummary>> {
-    let never = AtomicBool::new(false);
-    let timings = Timings::default();
+/// by name; `known` are those hashed already.
+fn summarize_files(staging: &Path, known: Vec<FileSummary>) -> Result<Vec<FileSummary>> {
     let mut names = Vec::new();
     for entry in
         fs::read_dir(staging).with_context(|| format!("failed to read `{}`", staging.display()))?
@@ -488,17 +496,28 @@ fn summarize_files(staging: &Path) -> Result<Vec<FileSummary>> {
         let entry = entry.with_context(|| format!("failed to read `{}`", staging.display()))?;
         let name = entry.file_name().to_string_lossy().into_owned();
         let is_shard = name.starts_with("data-") && name.ends_with(".arrow");
-        if entry.path().is_file() && !is_shard && name != "manifest.json" {
+        let listed = known.iter().any(|f| f.file == name);
+        if entry.path().is_file() && !is_shard && !listed && name != "manifest.json" {
             names.push(name);
         }
     }
-    names.sort();
+    let names: Vec<&str> = names.iter().map(String::as_str).collect();
+    let mut files = summarize(staging, &names)?;
+    files.extend(known);
+    files.sort_by(|a, b| a.file.cmp(&b.file));
+    Ok(files)
+}
+
+/// Size and SHA-256 of the named files of a directory.
+fn summarize(dir: &Path, names: &[&str]) -> Result<Vec<FileSummary>> {
+    let never = AtomicBool::new(false);
+    let timings = Timings::default();
     names
-        .into_iter()
-        .map(|file| {
-            let (bytes, sha256) = hash_file(&staging.join(&file), &never, &timings)?;
+        .iter()
+        .map(|&file| {
+            let (bytes, sha256) = hash_file(&dir.join(file), &never, &timings)?;
             Ok(FileSummary {
-                file,
+                file: file.to_owned(),
                 bytes,
                 sha256,
             })
