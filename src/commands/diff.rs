@@ -253,25 +253,27 @@ fn row_keys(dir: &OutputDir) -> Result<Vec<RowKey>> {
         let path = dir.path.join(&shard.file);
         read_shard(&path, false, |batch| {
             let cols = RowColumns::of(batch, &path)?;
-            let (ids, mask) = (
-                primitive::<arrow_array::types::Int32Type>(cols.input_ids, &path)?,
-                primitive::<arrow_array::types::Int8Type>(cols.loss_mask, &path)?,
-            );
+            let (ids, id_width) =
+                value_bytes::<arrow_array::types::Int32Type>(cols.input_ids, &path)?;
+            let (mask, mask_width) =
+                value_bytes::<arrow_array::types::Int8Type>(cols.loss_mask, &path)?;
             let (id_offsets, mask_offsets) = (cols.input_ids.offsets(), cols.loss_mask.offsets());
             for row in 0..batch.num_rows() {
-                let span = |o: &arrow_buffer::OffsetBuffer<i32>| {
+                // Byte ranges of the row's values (native byte order: the hashes are only
+                // compared within this run).
+                let span = |o: &arrow_buffer::OffsetBuffer<i32>, width: usize| {
                     let (start, end) = (o[row], o[row + 1]);
-                    usize::try_from(start).unwrap_or(0)..usize::try_from(end).unwrap_or(0)
+                    usize::try_from(start).unwrap_or(0) * width
+                        ..usize::try_from(end).unwrap_or(0) * width
                 };
-                let (ids, mask) = (&ids[span(id_offsets)], &mask[span(mask_offsets)]);
+                let (ids, mask) = (
+                    ids.get(span(id_offsets, id_width)).unwrap_or_default(),
+                    mask.get(span(mask_offsets, mask_width)).unwrap_or_default(),
+                );
                 let mut content = Xxh3::with_seed(CONTENT_SEED);
                 content.update(&(ids.len() as u64).to_le_bytes());
-                for id in ids {
-                    content.update(&id.to_le_bytes());
-                }
-                for m in mask {
-                    content.update(&m.to_le_bytes());
-                }
+                content.update(ids);
+                content.update(mask);
                 keys.push(RowKey {
                     id: xxh3_128_with_seed(cols.sample_id.value(row).as_bytes(), ID_SEED),
                     content: content.digest(),
@@ -293,16 +295,20 @@ fn row_keys(dir: &OutputDir) -> Result<Vec<RowKey>> {
     Ok(keys)
 }
 
-fn primitive<'a, T: arrow_array::ArrowPrimitiveType>(
+/// The bytes of a list column's values, and the width of one value.
+fn value_bytes<'a, T: arrow_array::ArrowPrimitiveType>(
     list: &'a arrow_array::ListArray,
     path: &Path,
-) -> Result<&'a [T::Native]> {
+) -> Result<(&'a [u8], usize)> {
     match list
         .values()
         .as_any()
         .downcast_ref::<arrow_array::PrimitiveArray<T>>()
     {
-        Some(values) => Ok(values.values()),
+        Some(values) => Ok((
+            values.values().inner().as_slice(),
+            std::mem::size_of::<T::Native>(),
+        )),
         None => bail!(
             "`{}`: a list column has an unexpected item type",
             path.display()
@@ -475,6 +481,12 @@ fn render(r: &Report) -> String {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn a_row_key_is_32_bytes() {
+        // The memory figure in the README and the module docs.
+        assert_eq!(std::mem::size_of::<RowKey>(), 32);
+    }
 
     #[test]
     fn counts_are_compared_field_by_field_with_signed_deltas() {
