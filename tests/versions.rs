@@ -595,6 +595,17 @@ fn build_locked_pins_local_files_and_template_variables() {
     let pipeline = variant(tmp.path(), BASE);
     let p = pipeline.display().to_string();
     let lock = tmp.path().join("pipeline.lock");
+    // A local-only pipeline needs a lockfile for `--locked` too.
+    let refused = run(&["build", "--locked", &p]);
+    assert_eq!(refused.status.code(), Some(1));
+    assert!(
+        stderr(&refused).contains(&format!(
+            "`--locked` was given but there is no lockfile `{}`; run `chatshards lock {p}` first",
+            lock.display()
+        )),
+        "{}",
+        stderr(&refused)
+    );
     let locked = run(&["lock", &p]);
     assert!(locked.status.success(), "{}", stderr(&locked));
     assert_eq!(

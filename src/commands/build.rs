@@ -209,6 +209,10 @@ fn build(
         manifest.rows as f64 / secs,
         manifest.tokens as f64 / secs / 1e6
     ));
+    printer.info(&format!(
+        "build_id {}, dataset_sha256 {}",
+        manifest.build_id, manifest.dataset_sha256
+    ));
     if args.timings {
         printer.requested(&match timings.report(started) {
             Some(report) => report.to_string(),
