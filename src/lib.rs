@@ -45,6 +45,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
                 threads,
                 locked,
                 timings,
+                output: None,
             },
             &printer,
         ),
@@ -85,6 +86,19 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Fetch { pipeline } => {
             commands::fetch::run(&commands::fetch::FetchArgs { pipeline }, &printer)
         }
+        Command::Verify {
+            dir,
+            rebuild,
+            threads,
+        } => commands::verify::run(
+            &commands::verify::VerifyArgs {
+                dir,
+                rebuild,
+                threads,
+            },
+            &printer,
+        ),
+        Command::Diff { a, b, json } => commands::diff::run(&a, &b, json),
         Command::Inspect {
             dir,
             row,

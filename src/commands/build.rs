@@ -1,7 +1,7 @@
 //! `chatshards build PIPELINE.yaml`
 
 use crate::pipeline::{self, Sinks};
-use crate::plan::{self, sha256_hex, HubAccess, Plan};
+use crate::plan::{self, HubAccess, Plan};
 use crate::printer::Printer;
 use crate::process::RowProcessor;
 use crate::progress::BuildProgress;
@@ -10,7 +10,11 @@ use crate::report::timings::{Phase, Timings};
 use crate::report::{summary_table, SourceStats};
 use crate::tokenize::{Backend, BackendReport, Tokenizer};
 use crate::validate::Validator;
-use crate::write::manifest::{Encoder, HubInput, InputFile, Inputs, Manifest, Settings, Tool};
+use crate::write::identity::{self, Identity, IdentityInput, InputKind};
+use crate::write::manifest::{
+    Encoder, FileSummary, HubInput, InputFile, Inputs, LockRecord, Manifest, PipelineRecord,
+    Settings, Tool, LOCK_COPY, PIPELINE_COPY,
+};
 use crate::write::{
     self, shard_name, BatchBuilder, Bucket, LoadedBucket, ShardEncoder, ShardWriter, Spill,
     SpilledBucket, WriteError, SHARD_BATCH_ROWS,
@@ -29,6 +33,8 @@ pub struct BuildArgs {
     pub locked: bool,
     /// Print the CPU time by stage at the end.
     pub timings: bool,
+    /// Write here instead of the pipeline's `output.dir` (`verify --rebuild`).
+    pub output: Option<PathBuf>,
 }
 
 pub fn run(args: &BuildArgs, printer: &Printer) -> Result<()> {
@@ -38,7 +44,10 @@ pub fn run(args: &BuildArgs, printer: &Printer) -> Result<()> {
     } else {
         HubAccess::Auto
     };
-    let plan = plan::compile(&args.pipeline, access)?;
+    let mut plan = plan::compile(&args.pipeline, access)?;
+    if let Some(output) = &args.output {
+        plan.output_dir = output.clone();
+    }
     // Hashing the inputs for the manifest (gigabytes for a full build) runs beside the whole
     // build, off its critical path; an error cancels it.
     let cancel = AtomicBool::new(false);
@@ -144,45 +153,61 @@ fn build(
     }
 
     let source_names = Arc::new(plan.sources.iter().map(|s| s.name.clone()).collect());
-    let shards = write_shards(
-        &staging,
-        spill,
-        total_rows,
-        plan.rows_per_shard,
-        source_names,
-        &settled.excluded,
-    )?;
+    // The side outputs are complete: they are hashed (read back, up to gigabytes) beside the
+    // shard writing.
+    let (shards, side_files) = std::thread::scope(|scope| {
+        let side = scope.spawn(|| {
+            summarize(
+                &staging,
+                &["conversations.jsonl", "rejects.jsonl", "filtered.jsonl"],
+            )
+        });
+        let shards = write_shards(
+            &staging,
+            spill,
+            total_rows,
+            plan.rows_per_shard,
+            source_names,
+            &settled.excluded,
+        );
+        let side = match side.join() {
+            Ok(side) => side,
+            Err(panic) => std::panic::resume_unwind(panic),
+        };
+        Ok::<_, anyhow::Error>((shards?, side?))
+    })?;
     let input_files = match hashing.join() {
         Ok(files) => files?,
         Err(panic) => std::panic::resume_unwind(panic),
     };
     fs::remove_dir_all(&spill_dir).ok();
 
-    let files: Vec<String> = shards.iter().map(|s| s.file.clone()).collect();
-    let fingerprint = sha256_hex(
-        shards
-            .iter()
-            .map(|s| s.sha256.as_str())
-            .collect::<String>()
-            .as_bytes(),
-    );
+    let shard_files: Vec<String> = shards.iter().map(|s| s.file.clone()).collect();
+    let dataset_sha256 = identity::dataset_sha256(shards.iter().map(|s| s.sha256.as_str()));
     write_file(
         &staging.join("dataset_info.json"),
         &write::dataset_info_json(&format!("{} (built by chatshards)", plan.name)),
     )?;
     write_file(
         &staging.join("state.json"),
-        &write::state_json(&files, &fingerprint[..16]),
+        &write::state_json(&shard_files, &dataset_sha256[..identity::FINGERPRINT_CHARS]),
     )?;
+    let pipeline = record_pipeline(plan, out, &staging)?;
+    let files = summarize_files(&staging, side_files)?;
     let manifest = manifest(
         plan,
-        named,
-        shards,
+        Outputs {
+            sources: named,
+            shards,
+            dataset_sha256,
+            files,
+            pipeline,
+        },
         input_files,
         &backend,
         processor.renderer.native(),
         settled.mix,
-    );
+    )?;
     let manifest_json = write::pretty(&serde_json::to_value(&manifest)?);
     write_file(&staging.join("manifest.json"), &manifest_json)?;
 
@@ -203,6 +228,10 @@ fn build(
         out.display(),
         manifest.rows as f64 / secs,
         manifest.tokens as f64 / secs / 1e6
+    ));
+    printer.info(&format!(
+        "build_id {}, dataset_sha256 {}",
+        manifest.build_id, manifest.dataset_sha256
     ));
     if args.timings {
         printer.requested(&match timings.report(started) {
@@ -433,6 +462,7 @@ fn input_files(plan: &Plan, cancel: &AtomicBool, timings: &Timings) -> Result<Ve
         for (path, shown) in source.files.iter().zip(&source.display_files) {
             let (bytes, sha256) = hash_file(path, cancel, timings)?;
             files.push(InputFile {
+                kind: InputKind::Source,
                 source: source.name.clone(),
                 path: shown.clone(),
                 bytes,
@@ -450,7 +480,8 @@ fn input_files(plan: &Plan, cancel: &AtomicBool, timings: &Timings) -> Result<Ve
             for (path, shown) in paths.iter().zip(shown) {
                 let (bytes, sha256) = hash_file(path, cancel, timings)?;
                 files.push(InputFile {
-                    source: format!("benchmark {}", bench.name),
+                    kind: InputKind::Benchmark,
+                    source: bench.name.clone(),
                     path: shown.clone(),
                     bytes,
                     sha256,
@@ -461,15 +492,136 @@ fn input_files(plan: &Plan, cancel: &AtomicBool, timings: &Timings) -> Result<Ve
     Ok(files)
 }
 
-fn manifest(
-    plan: &Plan,
+/// What a build wrote, for its manifest.
+struct Outputs {
     sources: Vec<(String, SourceStats)>,
     shards: Vec<write::ShardSummary>,
+    dataset_sha256: String,
+    files: Vec<FileSummary>,
+    pipeline: PipelineRecord,
+}
+
+/// Copies the pipeline (and the lockfile it used) into the output directory, and records where
+/// the pipeline is relative to the output directory.
+fn record_pipeline(plan: &Plan, out: &Path, staging: &Path) -> Result<PipelineRecord> {
+    write_bytes(&staging.join(PIPELINE_COPY), &plan.pipeline_yaml)?;
+    let lock = match &plan.lock {
+        Some(lock) => {
+            write_bytes(&staging.join(LOCK_COPY), &lock.bytes)?;
+            Some(LockRecord {
+                copy: LOCK_COPY.to_owned(),
+                sha256: lock.sha256.clone(),
+            })
+        }
+        None => None,
+    };
+    // The staging directory is a sibling of the output, so its parent exists.
+    let absolute = |p: &Path| fs::canonicalize(p).ok();
+    let out_abs = out
+        .parent()
+        .map(|parent| {
+            if parent.as_os_str().is_empty() {
+                Path::new(".")
+            } else {
+                parent
+            }
+        })
+        .and_then(absolute)
+        .zip(out.file_name())
+        .map(|(parent, name)| parent.join(name));
+    let path = out_abs
+        .zip(absolute(&plan.path))
+        .and_then(|(out, pipeline)| pathdiff::diff_paths(pipeline, out))
+        .and_then(|rel| rel.to_str().map(str::to_owned));
+    Ok(PipelineRecord {
+        path,
+        copy: PIPELINE_COPY.to_owned(),
+        lock,
+    })
+}
+
+/// Size and SHA-256 of every file in the staging directory but the shards and the manifest,
+/// by name; `known` are those hashed already.
+fn summarize_files(staging: &Path, known: Vec<FileSummary>) -> Result<Vec<FileSummary>> {
+    let mut names = Vec::new();
+    for entry in
+        fs::read_dir(staging).with_context(|| format!("failed to read `{}`", staging.display()))?
+    {
+        let entry = entry.with_context(|| format!("failed to read `{}`", staging.display()))?;
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let is_shard = name.starts_with("data-") && name.ends_with(".arrow");
+        let listed = known.iter().any(|f| f.file == name);
+        if entry.path().is_file() && !is_shard && !listed && name != "manifest.json" {
+            names.push(name);
+        }
+    }
+    let names: Vec<&str> = names.iter().map(String::as_str).collect();
+    let mut files = summarize(staging, &names)?;
+    files.extend(known);
+    files.sort_by(|a, b| a.file.cmp(&b.file));
+    Ok(files)
+}
+
+/// Size and SHA-256 of the named files of a directory.
+fn summarize(dir: &Path, names: &[&str]) -> Result<Vec<FileSummary>> {
+    let never = AtomicBool::new(false);
+    let timings = Timings::default();
+    names
+        .iter()
+        .map(|&file| {
+            let (bytes, sha256) = hash_file(&dir.join(file), &never, &timings)?;
+            Ok(FileSummary {
+                file: file.to_owned(),
+                bytes,
+                sha256,
+            })
+        })
+        .collect()
+}
+
+/// The identity of a build from its plan and its inputs' hashes (see `write::identity`).
+pub fn build_id(plan: &Plan, files: &[InputFile]) -> Result<String> {
+    let pipeline = identity::pipeline_value(&plan.pipeline_yaml)
+        .with_context(|| format!("failed to read `{}`", plan.path.display()))?;
+    let inputs: Vec<IdentityInput> = files
+        .iter()
+        .map(|f| IdentityInput {
+            kind: f.kind,
+            name: f.source.clone(),
+            path: f.path.clone(),
+            sha256: f.sha256.clone(),
+        })
+        .collect();
+    let tool = Tool::current();
+    Ok(Identity {
+        tool_name: tool.name,
+        tool_version: tool.version,
+        pipeline: &pipeline,
+        lock_sha256: plan.lock.as_ref().map(|l| l.sha256.as_str()),
+        template_sha256: &plan.template.sha256,
+        template_kwargs: &plan.template.kwargs,
+        tokenizer_sha256: &plan.tokenizer_sha256,
+        inputs: &inputs,
+    }
+    .build_id())
+}
+
+fn manifest(
+    plan: &Plan,
+    outputs: Outputs,
     files: Vec<InputFile>,
     backend: &BackendReport,
     native: Option<&'static str>,
     mix: Vec<crate::curate::ledger::MixLine>,
-) -> Manifest {
+) -> Result<Manifest> {
+    let Outputs {
+        sources,
+        shards,
+        dataset_sha256,
+        files: output_files,
+        pipeline,
+    } = outputs;
+    let build_id = build_id(plan, &files)?;
     let renderer = write::manifest::Renderer {
         requested: plan.template.engine,
         used: native.map_or_else(|| "minijinja".to_owned(), |t| format!("native {t}")),
@@ -490,9 +642,12 @@ fn manifest(
     let rows = shards.iter().map(|s| s.rows).sum();
     let tokens = sources.iter().map(|(_, s)| s.tokens).sum();
     let supervised_tokens = sources.iter().map(|(_, s)| s.supervised_tokens).sum();
-    Manifest {
+    Ok(Manifest {
         tool: Tool::current(),
         name: plan.name.clone(),
+        build_id,
+        dataset_sha256,
+        pipeline,
         inputs: Inputs {
             hub: plan
                 .hub_files
@@ -541,7 +696,8 @@ fn manifest(
             sources: mix,
         }),
         shards,
-    }
+        files: output_files,
+    })
 }
 
 /// Size and SHA-256 of a file, streamed (input files can be gigabytes).
@@ -583,7 +739,11 @@ fn create(path: &Path) -> Result<BufWriter<fs::File>> {
 }
 
 fn write_file(path: &Path, text: &str) -> Result<()> {
-    fs::write(path, text).with_context(|| format!("failed to write `{}`", path.display()))
+    write_bytes(path, text.as_bytes())
+}
+
+fn write_bytes(path: &Path, bytes: &[u8]) -> Result<()> {
+    fs::write(path, bytes).with_context(|| format!("failed to write `{}`", path.display()))
 }
 
 #[cfg(test)]

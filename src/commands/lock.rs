@@ -1,12 +1,13 @@
 //! `chatshards lock PIPELINE.yaml`: pins every `hub:` entry to a commit and the size and
-//! SHA-256 of each file it selects, in `PIPELINE.lock` next to the pipeline.
+//! SHA-256 of each file it selects, every local input file to its size and SHA-256, and the
+//! template variables, in `PIPELINE.lock` next to the pipeline.
 //!
 //! Like `uv lock`, entries that still match the pipeline (same repo, kind, revision and
 //! `files`) are kept as they are, so relocking is stable and needs no network; `--upgrade`
 //! re-resolves everything, `--check` only verifies.
 
 use super::fetch::{hinted, with_lock_path, FetchBars};
-use crate::hub::{self, Hub, HubError, LockedRepo, Lockfile};
+use crate::hub::{self, Hub, HubError, LockedFile, LockedRepo, Lockfile};
 use crate::printer::Printer;
 use anyhow::Result;
 use std::path::PathBuf;
@@ -23,6 +24,9 @@ pub fn run(args: &LockArgs, printer: &Printer) -> Result<()> {
     let pipeline = args.pipeline.as_path();
     let fail = |error: HubError| hinted(error, pipeline);
     let specs = hub::hub_specs_of(pipeline).map_err(fail)?;
+    let (config, _) = crate::plan::parse(pipeline)?;
+    let local = crate::plan::local_files(pipeline, &config);
+    let kwargs = crate::plan::template_kwargs(&config);
     let lock_path = Lockfile::path_for(pipeline);
     let existing = if lock_path.exists() {
         match Lockfile::read(&lock_path) {
@@ -46,17 +50,19 @@ pub fn run(args: &LockArgs, printer: &Printer) -> Result<()> {
                 pipeline.display()
             );
         };
-        lock.check(&specs)
-            .map_err(|error| fail(with_lock_path(error, &lock_path)))?;
+        let mut reasons = match lock.check(&specs) {
+            Ok(()) => Vec::new(),
+            Err(HubError::StaleLock { reasons, .. }) => reasons,
+            Err(error) => return Err(fail(with_lock_path(error, &lock_path))),
+        };
+        reasons.extend(lock.check_local(&local, &kwargs));
+        if !reasons.is_empty() {
+            return Err(fail(HubError::StaleLock {
+                path: Some(lock_path),
+                reasons,
+            }));
+        }
         printer.info(&format!("`{}` is up to date", lock_path.display()));
-        return Ok(());
-    }
-
-    if specs.is_empty() && existing.is_none() {
-        printer.info(&format!(
-            "`{}` reads nothing from the Hub: no lockfile needed",
-            pipeline.display()
-        ));
         return Ok(());
     }
 
@@ -97,7 +103,17 @@ pub fn run(args: &LockArgs, printer: &Printer) -> Result<()> {
     }
     bars.clear();
 
-    let lock = Lockfile::new(entries);
+    let mut pinned = Vec::with_capacity(local.len());
+    for (shown, path) in &local {
+        let (size, sha256) = hub::hash_file(path)
+            .map_err(|e| anyhow::anyhow!("failed to read `{}`: {e}", path.display()))?;
+        pinned.push(LockedFile {
+            path: shown.clone(),
+            size,
+            sha256,
+        });
+    }
+    let lock = Lockfile::with_local(entries, pinned, &kwargs);
     let bytes = lock.to_bytes();
     if std::fs::read(&lock_path).ok().as_deref() == Some(bytes.as_slice()) {
         printer.info(&format!("`{}` is up to date", lock_path.display()));
@@ -105,10 +121,11 @@ pub fn run(args: &LockArgs, printer: &Printer) -> Result<()> {
         lock.write(&lock_path).map_err(fail)?;
         let files: usize = lock.repos.iter().map(|entry| entry.files.len()).sum();
         printer.info(&format!(
-            "Wrote `{}` ({} repos, {} files)",
+            "Wrote `{}` ({} repos, {} Hub files, {} local files)",
             lock_path.display(),
             lock.repos.len(),
-            files
+            files,
+            lock.local.len()
         ));
     }
     Ok(())

@@ -1,8 +1,11 @@
 //! One handler per subcommand.
 
 pub mod build;
+pub mod dataset_dir;
+pub mod diff;
 pub mod fetch;
 pub mod inspect;
 pub mod lock;
 pub mod normalize;
 pub mod render;
+pub mod verify;

@@ -60,6 +60,21 @@ pub enum StaleReason {
         repo: String,
         revision: String,
     },
+    /// A version 1 lockfile (Hub files only) for a pipeline with local inputs or template
+    /// variables.
+    NoLocalPins,
+    /// A local input file the lockfile does not pin.
+    LocalMissing { path: String },
+    /// A local input file whose size or SHA-256 differs from the pinned one.
+    LocalChanged {
+        path: String,
+        locked: String,
+        found: String,
+    },
+    /// The lockfile pins a local file the pipeline no longer reads.
+    LocalUnused { path: String },
+    /// The template variables differ from the pinned ones (canonical JSON).
+    KwargsChanged { locked: String, wanted: String },
 }
 
 impl fmt::Display for StaleReason {
@@ -90,6 +105,26 @@ impl fmt::Display for StaleReason {
                 f,
                 "{kind} `{repo}` at `{revision}` is locked but no longer used"
             ),
+            StaleReason::NoLocalPins => {
+                f.write_str("the lockfile (version 1) pins no local files or template variables")
+            }
+            StaleReason::LocalMissing { path } => {
+                write!(f, "local file `{path}` is not in the lockfile")
+            }
+            StaleReason::LocalChanged {
+                path,
+                locked,
+                found,
+            } => write!(
+                f,
+                "local file `{path}` changed: locked {locked}, found {found}"
+            ),
+            StaleReason::LocalUnused { path } => {
+                write!(f, "local file `{path}` is locked but no longer used")
+            }
+            StaleReason::KwargsChanged { locked, wanted } => {
+                write!(f, "template variables changed from {locked} to {wanted}")
+            }
         }
     }
 }

@@ -1,6 +1,10 @@
 //! `PIPELINE.lock`: for every repo and revision a pipeline reads, the commit it resolved to and
-//! the path, size and SHA-256 of every file used. A locked build reads exactly these bytes and
-//! never asks the network.
+//! the path, size and SHA-256 of every file used; the size and SHA-256 of every local input
+//! file (tokenizer, template, source files); and the template variables. A locked build reads
+//! exactly these bytes, never asks the network, and refuses when anything differs.
+//!
+//! Version 2 added `local` and `template_kwargs`; version 1 files are still read (they pin
+//! Hub files only, so a locked build of a pipeline with local inputs asks for a relock).
 //!
 //! The file is YAML written by one canonical writer (sorted, every string JSON-quoted, fixed
 //! field order), so locking twice gives the same bytes and diffs stay minimal. It is read
@@ -20,6 +24,10 @@ pub struct Lockfile {
     pub version: u32,
     /// Sorted by kind, repo, revision.
     pub repos: Vec<LockedRepo>,
+    /// Local input files, sorted by path (empty in version 1).
+    pub local: Vec<LockedFile>,
+    /// The template variables as canonical JSON (`None` in version 1).
+    pub template_kwargs: Option<String>,
 }
 
 /// One repo at one requested revision.
@@ -40,6 +48,7 @@ pub struct LockedRepo {
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LockedFile {
+    /// Inside the repo, or for a local file as written in the pipeline (relative to it).
     pub path: String,
     pub size: u64,
     /// Lowercase hex SHA-256 of the content.
@@ -47,10 +56,22 @@ pub struct LockedFile {
 }
 
 impl Lockfile {
-    pub const VERSION: u32 = 1;
+    pub const VERSION: u32 = 2;
 
-    /// A lockfile in canonical order.
+    /// A lockfile in canonical order, pinning no local files.
     pub fn new(repos: Vec<LockedRepo>) -> Self {
+        Self::with_local(repos, Vec::new(), &serde_json::Map::new())
+    }
+
+    /// A lockfile in canonical order that also pins local files and the template variables.
+    pub fn with_local(
+        repos: Vec<LockedRepo>,
+        local: Vec<LockedFile>,
+        template_kwargs: &serde_json::Map<String, serde_json::Value>,
+    ) -> Self {
+        let mut local = local;
+        local.sort_by(|a, b| a.path.cmp(&b.path));
+        local.dedup_by(|a, b| a.path == b.path);
         let mut repos = repos;
         for repo in &mut repos {
             repo.requested.sort();
@@ -63,6 +84,8 @@ impl Lockfile {
         Lockfile {
             version: Self::VERSION,
             repos,
+            local,
+            template_kwargs: Some(kwargs_json(template_kwargs)),
         }
     }
 
@@ -94,10 +117,10 @@ impl Lockfile {
         };
         let wire: LockWire =
             serde_yaml_ng::from_slice(bytes).map_err(|error| invalid(error.to_string()))?;
-        if wire.version != Self::VERSION {
+        if wire.version != Self::VERSION && wire.version != 1 {
             return Err(invalid(if wire.version > Self::VERSION {
                 format!(
-                    "version {} was written by a newer chatshards (this one reads version {})",
+                    "version {} was written by a newer chatshards (this one reads versions 1 and {})",
                     wire.version,
                     Self::VERSION
                 )
@@ -134,12 +157,7 @@ impl Lockfile {
                         file.path
                     )));
                 }
-                let hex = file.sha256.len() == 64
-                    && file
-                        .sha256
-                        .bytes()
-                        .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
-                if !hex {
+                if !is_sha256(&file.sha256) {
                     return Err(invalid(format!(
                         "{name}: file `{}`: `{}` is not a lowercase hex SHA-256",
                         file.path, file.sha256
@@ -163,7 +181,49 @@ impl Lockfile {
                     .collect(),
             });
         }
-        Ok(Lockfile::new(repos))
+        if wire.version == 1 && (!wire.local.is_empty() || wire.template_kwargs.is_some()) {
+            return Err(invalid(
+                "version 1 has no `local` or `template_kwargs`".to_owned(),
+            ));
+        }
+        let mut local_paths = BTreeSet::new();
+        for file in &wire.local {
+            if !local_paths.insert(file.path.as_str()) {
+                return Err(invalid(format!("local file `{}` appears twice", file.path)));
+            }
+            if !is_sha256(&file.sha256) {
+                return Err(invalid(format!(
+                    "local file `{}`: `{}` is not a lowercase hex SHA-256",
+                    file.path, file.sha256
+                )));
+            }
+        }
+        let kwargs = match &wire.template_kwargs {
+            None => serde_json::Map::new(),
+            Some(text) => match serde_json::from_str(text) {
+                Ok(serde_json::Value::Object(map)) => map,
+                _ => {
+                    return Err(invalid(format!(
+                        "`template_kwargs` is not a JSON object: {text}"
+                    )))
+                }
+            },
+        };
+        let local = wire
+            .local
+            .into_iter()
+            .map(|file| LockedFile {
+                path: file.path,
+                size: file.size,
+                sha256: file.sha256,
+            })
+            .collect();
+        let mut lock = Lockfile::with_local(repos, local, &kwargs);
+        if wire.version == 1 {
+            lock.version = 1;
+            lock.template_kwargs = None;
+        }
+        Ok(lock)
     }
 
     /// The canonical text. Strings are JSON-quoted, which YAML reads as double-quoted
@@ -174,7 +234,7 @@ impl Lockfile {
         };
         let mut out = String::new();
         out.push_str(
-            "# Generated by `chatshards lock`: the Hub commits and files this pipeline reads.\n",
+            "# Generated by `chatshards lock`: the Hub commits and files and the local files this pipeline reads.\n",
         );
         out.push_str(
             "# Do not edit. `chatshards lock` updates it; `chatshards fetch` downloads it.\n",
@@ -202,6 +262,20 @@ impl Lockfile {
                 out.push_str(&format!("        size: {}\n", file.size));
                 out.push_str(&format!("        sha256: {}\n", quote(&file.sha256)));
             }
+        }
+        if self.version >= 2 {
+            if self.local.is_empty() {
+                out.push_str("local: []\n");
+            } else {
+                out.push_str("local:\n");
+            }
+            for file in &self.local {
+                out.push_str(&format!("  - path: {}\n", quote(&file.path)));
+                out.push_str(&format!("    size: {}\n", file.size));
+                out.push_str(&format!("    sha256: {}\n", quote(&file.sha256)));
+            }
+            let kwargs = self.template_kwargs.as_deref().unwrap_or("{}");
+            out.push_str(&format!("template_kwargs: {}\n", quote(kwargs)));
         }
         out.into_bytes()
     }
@@ -260,6 +334,82 @@ impl Lockfile {
             })
         }
     }
+
+    /// Why the local files and template variables differ from what this lockfile pins
+    /// (empty when they match). Hashes every file: call it for `--locked` builds and checks.
+    /// `files` are (as written in the pipeline, where to read it).
+    pub fn check_local(
+        &self,
+        files: &[(String, PathBuf)],
+        template_kwargs: &serde_json::Map<String, serde_json::Value>,
+    ) -> Vec<StaleReason> {
+        if self.version < 2 {
+            return if files.is_empty() && template_kwargs.is_empty() {
+                Vec::new()
+            } else {
+                vec![StaleReason::NoLocalPins]
+            };
+        }
+        let mut reasons = Vec::new();
+        for (shown, path) in files {
+            let Some(locked) = self.local.iter().find(|f| &f.path == shown) else {
+                reasons.push(StaleReason::LocalMissing {
+                    path: shown.clone(),
+                });
+                continue;
+            };
+            match hash_file(path) {
+                Ok((size, sha256)) if size == locked.size && sha256 == locked.sha256 => {}
+                Ok((size, sha256)) => reasons.push(StaleReason::LocalChanged {
+                    path: shown.clone(),
+                    locked: format!("{} bytes, sha256 {}", locked.size, locked.sha256),
+                    found: format!("{size} bytes, sha256 {sha256}"),
+                }),
+                Err(error) => reasons.push(StaleReason::LocalChanged {
+                    path: shown.clone(),
+                    locked: format!("{} bytes, sha256 {}", locked.size, locked.sha256),
+                    found: format!("unreadable ({error})"),
+                }),
+            }
+        }
+        for locked in &self.local {
+            if !files.iter().any(|(shown, _)| shown == &locked.path) {
+                reasons.push(StaleReason::LocalUnused {
+                    path: locked.path.clone(),
+                });
+            }
+        }
+        let wanted = kwargs_json(template_kwargs);
+        let locked = self.template_kwargs.as_deref().unwrap_or("{}");
+        if wanted != locked {
+            reasons.push(StaleReason::KwargsChanged {
+                locked: locked.to_owned(),
+                wanted,
+            });
+        }
+        reasons
+    }
+}
+
+/// Canonical JSON of template variables (keys sorted), as the lockfile records them.
+pub fn kwargs_json(kwargs: &serde_json::Map<String, serde_json::Value>) -> String {
+    crate::write::identity::canonical_json(&serde_json::Value::Object(kwargs.clone()))
+}
+
+/// Size and lowercase hex SHA-256 of a local file, streamed.
+pub fn hash_file(path: &Path) -> std::io::Result<(u64, String)> {
+    use sha2::{Digest, Sha256};
+    let mut file = std::fs::File::open(path)?;
+    let mut hasher = Sha256::new();
+    let size = std::io::copy(&mut file, &mut hasher)?;
+    Ok((size, hex::encode(hasher.finalize())))
+}
+
+fn is_sha256(text: &str) -> bool {
+    text.len() == 64
+        && text
+            .bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
 }
 
 #[derive(Deserialize)]
@@ -268,6 +418,10 @@ struct LockWire {
     version: u32,
     #[serde(default)]
     repos: Vec<LockedRepoWire>,
+    #[serde(default)]
+    local: Vec<LockedFileWire>,
+    #[serde(default)]
+    template_kwargs: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -294,42 +448,53 @@ mod tests {
     use super::*;
 
     fn sample() -> Lockfile {
-        Lockfile::new(vec![
-            LockedRepo {
-                repo: "Qwen/Qwen3.6-27B".to_owned(),
-                kind: RepoKind::Model,
-                revision: "main".to_owned(),
-                commit: "a".repeat(40),
-                requested: vec![
-                    "tokenizer.json".to_owned(),
-                    "chat_template.jinja".to_owned(),
-                ],
-                files: vec![
-                    LockedFile {
-                        path: "tokenizer.json".to_owned(),
-                        size: 11,
-                        sha256: "b".repeat(64),
-                    },
-                    LockedFile {
-                        path: "chat_template.jinja".to_owned(),
-                        size: 7,
-                        sha256: "c".repeat(64),
-                    },
-                ],
-            },
-            LockedRepo {
-                repo: "Open-Orca/OpenOrca".to_owned(),
-                kind: RepoKind::Dataset,
-                revision: "main".to_owned(),
-                commit: "d".repeat(40),
-                requested: vec!["*.parquet".to_owned()],
-                files: vec![LockedFile {
-                    path: "1M-GPT4-Augmented.parquet".to_owned(),
-                    size: 123,
-                    sha256: "e".repeat(64),
-                }],
-            },
-        ])
+        Lockfile::with_local(
+            vec![
+                LockedRepo {
+                    repo: "Qwen/Qwen3.6-27B".to_owned(),
+                    kind: RepoKind::Model,
+                    revision: "main".to_owned(),
+                    commit: "a".repeat(40),
+                    requested: vec![
+                        "tokenizer.json".to_owned(),
+                        "chat_template.jinja".to_owned(),
+                    ],
+                    files: vec![
+                        LockedFile {
+                            path: "tokenizer.json".to_owned(),
+                            size: 11,
+                            sha256: "b".repeat(64),
+                        },
+                        LockedFile {
+                            path: "chat_template.jinja".to_owned(),
+                            size: 7,
+                            sha256: "c".repeat(64),
+                        },
+                    ],
+                },
+                LockedRepo {
+                    repo: "Open-Orca/OpenOrca".to_owned(),
+                    kind: RepoKind::Dataset,
+                    revision: "main".to_owned(),
+                    commit: "d".repeat(40),
+                    requested: vec!["*.parquet".to_owned()],
+                    files: vec![LockedFile {
+                        path: "1M-GPT4-Augmented.parquet".to_owned(),
+                        size: 123,
+                        sha256: "e".repeat(64),
+                    }],
+                },
+            ],
+            vec![LockedFile {
+                path: "../data/chat.jsonl".to_owned(),
+                size: 5,
+                sha256: "f".repeat(64),
+            }],
+            &serde_json::Map::from_iter([(
+                "preserve_thinking".to_owned(),
+                serde_json::Value::Bool(true),
+            )]),
+        )
     }
 
     #[test]
@@ -337,9 +502,9 @@ mod tests {
         let lock = sample();
         let text = String::from_utf8(lock.to_bytes()).expect("utf8");
         let expected = format!(
-            "# Generated by `chatshards lock`: the Hub commits and files this pipeline reads.\n\
+            "# Generated by `chatshards lock`: the Hub commits and files and the local files this pipeline reads.\n\
              # Do not edit. `chatshards lock` updates it; `chatshards fetch` downloads it.\n\
-             version: 1\n\
+             version: 2\n\
              repos:\n\
              \x20 - repo: \"Qwen/Qwen3.6-27B\"\n\
              \x20   kind: model\n\
@@ -361,12 +526,18 @@ mod tests {
              \x20   files:\n\
              \x20     - path: \"1M-GPT4-Augmented.parquet\"\n\
              \x20       size: 123\n\
-             \x20       sha256: \"{e}\"\n",
+             \x20       sha256: \"{e}\"\n\
+             local:\n\
+             \x20 - path: \"../data/chat.jsonl\"\n\
+             \x20   size: 5\n\
+             \x20   sha256: \"{f}\"\n\
+             template_kwargs: \"{{\\\"preserve_thinking\\\":true}}\"\n",
             a = "a".repeat(40),
             b = "b".repeat(64),
             c = "c".repeat(64),
             d = "d".repeat(40),
             e = "e".repeat(64),
+            f = "f".repeat(64),
         );
         assert_eq!(text, expected);
         let back = Lockfile::from_bytes(text.as_bytes(), Path::new("x.lock")).expect("parse");
@@ -385,8 +556,16 @@ mod tests {
                 .unwrap_or_default()
         };
         assert_eq!(
-            error(&text.replace("version: 1", "version: 2")),
-            "the lockfile `p.lock` is invalid: version 2 was written by a newer chatshards (this one reads version 1)"
+            error(&text.replace("version: 2", "version: 3")),
+            "the lockfile `p.lock` is invalid: version 3 was written by a newer chatshards (this one reads versions 1 and 2)"
+        );
+        assert_eq!(
+            error(&text.replace("version: 2", "version: 1")),
+            "the lockfile `p.lock` is invalid: version 1 has no `local` or `template_kwargs`"
+        );
+        assert_eq!(
+            error(&text.replace(&"f".repeat(64), "F")),
+            "the lockfile `p.lock` is invalid: local file `../data/chat.jsonl`: `F` is not a lowercase hex SHA-256"
         );
         assert_eq!(
             error(&text.replace(&"e".repeat(64), "xyz")),
@@ -400,6 +579,87 @@ mod tests {
             error(&text.replace("size: 7", "size: 7\n        extra: 1")).starts_with(
                 "the lockfile `p.lock` is invalid: repos[0].files[0]: unknown field `extra`"
             )
+        );
+    }
+
+    #[test]
+    fn version_1_still_reads_and_pins_no_local_files() {
+        let v2 = String::from_utf8(Lockfile::new(sample().repos).to_bytes()).expect("utf8");
+        let v1 = v2
+            .replace("version: 2", "version: 1")
+            .replace("local: []\n", "")
+            .replace("template_kwargs: \"{}\"\n", "");
+        let lock = Lockfile::from_bytes(v1.as_bytes(), Path::new("p.lock")).expect("v1");
+        assert_eq!((lock.version, lock.repos.len()), (1, 2));
+        assert_eq!(lock.to_bytes(), v1.as_bytes());
+        assert!(lock.check_local(&[], &serde_json::Map::new()).is_empty());
+        let reasons = lock.check_local(
+            &[("a.jsonl".to_owned(), PathBuf::from("a.jsonl"))],
+            &serde_json::Map::new(),
+        );
+        assert_eq!(
+            reasons.iter().map(ToString::to_string).collect::<Vec<_>>(),
+            ["the lockfile (version 1) pins no local files or template variables"]
+        );
+    }
+
+    #[test]
+    fn check_local_names_every_changed_missing_and_unused_file() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let write = |name: &str, text: &str| {
+            let path = dir.path().join(name);
+            std::fs::write(&path, text).expect("write");
+            path
+        };
+        let (a, b) = (write("a.jsonl", "hello"), write("b.jsonl", "world"));
+        let pin = |path: &Path, shown: &str| {
+            let (size, sha256) = hash_file(path).expect("hash");
+            LockedFile {
+                path: shown.to_owned(),
+                size,
+                sha256,
+            }
+        };
+        let kwargs = serde_json::Map::from_iter([("x".to_owned(), serde_json::json!(1))]);
+        let lock = Lockfile::with_local(
+            Vec::new(),
+            vec![
+                pin(&a, "a.jsonl"),
+                pin(&b, "b.jsonl"),
+                pin(&b, "gone.jsonl"),
+            ],
+            &kwargs,
+        );
+        let wanted = [
+            ("a.jsonl".to_owned(), a.clone()),
+            ("b.jsonl".to_owned(), b.clone()),
+        ];
+        let gone = [
+            ("a.jsonl".to_owned(), a.clone()),
+            ("b.jsonl".to_owned(), b.clone()),
+            ("gone.jsonl".to_owned(), b.clone()),
+        ];
+        assert!(lock.check_local(&gone, &kwargs).is_empty());
+        std::fs::write(&b, "World").expect("edit");
+        let c = write("c.jsonl", "new");
+        let mut now = wanted.to_vec();
+        now.push(("c.jsonl".to_owned(), c));
+        let other = serde_json::Map::from_iter([("x".to_owned(), serde_json::json!(1.0))]);
+        let reasons: Vec<String> = lock
+            .check_local(&now, &other)
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        let old = crate::plan::sha256_hex(b"world");
+        let new = crate::plan::sha256_hex(b"World");
+        assert_eq!(
+            reasons,
+            [
+                format!("local file `b.jsonl` changed: locked 5 bytes, sha256 {old}, found 5 bytes, sha256 {new}"),
+                "local file `c.jsonl` is not in the lockfile".to_owned(),
+                "local file `gone.jsonl` is locked but no longer used".to_owned(),
+                "template variables changed from {\"x\":1} to {\"x\":1.0}".to_owned(),
+            ]
         );
     }
 

@@ -26,6 +26,15 @@ pub struct InputFile {
     pub display: String,
 }
 
+/// The lockfile a build used (the Hub files were read through it, or `--locked`).
+#[derive(Debug, Clone)]
+pub struct UsedLock {
+    pub path: PathBuf,
+    /// Its bytes, copied into the output directory.
+    pub bytes: Vec<u8>,
+    pub sha256: String,
+}
+
 pub(super) struct Inputs {
     pub tokenizer: Option<PathBuf>,
     pub template: Option<PathBuf>,
@@ -34,6 +43,39 @@ pub(super) struct Inputs {
     pub benchmarks: Vec<Vec<InputFile>>,
     pub hub_files: Vec<ResolvedFile>,
     pub notes: Vec<String>,
+    pub lock: Option<UsedLock>,
+}
+
+/// Every local input file of a pipeline: (as written in it, where to read it). The lockfile
+/// pins these.
+pub fn local_files(pipeline: &Path, config: &PipelineConfig) -> Vec<(String, PathBuf)> {
+    let base = pipeline.parent().unwrap_or(Path::new("."));
+    let mut files = Vec::new();
+    let mut push = |p: &Path| files.push((p.display().to_string(), base.join(p)));
+    // Where a `hub:` is given too the plan refuses the pipeline; the Hub entry is locked.
+    if let (Some(p), None) = (&config.tokenizer.path, &config.tokenizer.hub) {
+        push(p);
+    }
+    if let (Some(p), None) = (&config.template.path, &config.template.hub) {
+        push(p);
+    }
+    for source in config.sources.iter().filter(|s| s.hub.is_none()) {
+        for f in &source.files {
+            push(f);
+        }
+    }
+    let benchmarks = config.decontaminate.iter().flat_map(|d| &d.benchmarks);
+    for bench in benchmarks.filter(|b| b.hub.is_none()) {
+        for f in &bench.files {
+            push(f);
+        }
+    }
+    files
+}
+
+/// The template variables as a JSON object.
+pub fn template_kwargs(config: &PipelineConfig) -> serde_json::Map<String, serde_json::Value> {
+    config.template.kwargs.clone().into_iter().collect()
 }
 
 /// Which input a Hub spec feeds.
@@ -63,6 +105,7 @@ pub(super) fn resolve(
         benchmarks: vec![Vec::new(); benchmarks.len()],
         hub_files: Vec::new(),
         notes: Vec::new(),
+        lock: None,
     };
     let mut wanted: Vec<(Slot, HubSpec)> = Vec::new();
     let mut want =
@@ -132,29 +175,22 @@ pub(super) fn resolve(
             )),
         }
     }
-    if wanted.is_empty() {
+    let lock_path = Lockfile::path_for(pipeline);
+    if wanted.is_empty() && access == HubAccess::Auto {
         return Ok(inputs);
     }
-
-    let hub = Hub::from_env()?;
+    let lock = if lock_path.exists() {
+        let bytes = std::fs::read(&lock_path).map_err(|source| crate::hub::HubError::Read {
+            path: lock_path.clone(),
+            source,
+        })?;
+        Some((Lockfile::from_bytes(&bytes, &lock_path)?, bytes))
+    } else {
+        None
+    };
     let specs: Vec<HubSpec> = wanted.iter().map(|(_, s)| s.clone()).collect();
-    let lock_path = Lockfile::path_for(pipeline);
-    let lock = match (lock_path.exists(), access) {
-        (true, _) => {
-            let lock = Lockfile::read(&lock_path)?;
-            match (lock.check(&specs), access) {
-                (Ok(()), _) => Some(lock),
-                (Err(e), HubAccess::Locked) => return Err(e.into()),
-                (Err(e), HubAccess::Auto) => {
-                    inputs.notes.push(format!(
-                        "the lockfile `{}` is stale and was not used ({e}); run `chatshards lock` to pin the new inputs",
-                        lock_path.display()
-                    ));
-                    None
-                }
-            }
-        }
-        (false, HubAccess::Locked) => {
+    let lock = match (lock, access) {
+        (None, HubAccess::Locked) => {
             errors.push(format!(
                 "`--locked` was given but there is no lockfile `{}`; run `chatshards lock {}` first",
                 lock_path.display(),
@@ -162,8 +198,48 @@ pub(super) fn resolve(
             ));
             return Ok(inputs);
         }
-        (false, HubAccess::Auto) => None,
+        (None, HubAccess::Auto) => None,
+        (Some((lock, bytes)), HubAccess::Locked) => {
+            // Everything that decides the bytes must match: Hub entries, local files, variables.
+            let mut reasons = match lock.check(&specs) {
+                Ok(()) => Vec::new(),
+                Err(crate::hub::HubError::StaleLock { reasons, .. }) => reasons,
+                Err(e) => return Err(e.into()),
+            };
+            reasons
+                .extend(lock.check_local(&local_files(pipeline, config), &template_kwargs(config)));
+            if !reasons.is_empty() {
+                return Err(crate::hub::HubError::StaleLock {
+                    path: Some(lock_path),
+                    reasons,
+                }
+                .into());
+            }
+            Some((lock, bytes))
+        }
+        (Some((lock, bytes)), HubAccess::Auto) => match lock.check(&specs) {
+            Ok(()) => Some((lock, bytes)),
+            Err(e) => {
+                inputs.notes.push(format!(
+                    "the lockfile `{}` is stale and was not used ({e}); run `chatshards lock` to pin the new inputs",
+                    lock_path.display()
+                ));
+                None
+            }
+        },
     };
+    let lock = lock.map(|(lock, bytes)| {
+        inputs.lock = Some(UsedLock {
+            path: lock_path.clone(),
+            sha256: super::sha256_hex(&bytes),
+            bytes,
+        });
+        lock
+    });
+    if wanted.is_empty() {
+        return Ok(inputs);
+    }
+    let hub = Hub::from_env()?;
     for (slot, spec) in &wanted {
         let files = match &lock {
             Some(lock) => hub.resolve_locked(spec, lock)?,

@@ -5,7 +5,7 @@
 pub mod config;
 mod inputs;
 
-pub use inputs::{HubAccess, InputFile};
+pub use inputs::{local_files, template_kwargs, HubAccess, InputFile, UsedLock};
 
 use crate::adapt::{
     Adapter, AgenticAdapter, AlpacaAdapter, GlaiveAdapter, HermesAdapter, OpenAiAdapter,
@@ -24,6 +24,8 @@ pub struct Plan {
     pub name: String,
     pub path: PathBuf,
     pub pipeline_sha256: String,
+    /// The pipeline file's bytes, as read (copied into the output, hashed into `build_id`).
+    pub pipeline_yaml: Vec<u8>,
     pub seed: u64,
     pub template: TemplatePlan,
     pub tokenizer_path: PathBuf,
@@ -50,6 +52,8 @@ pub struct Plan {
     pub hub_files: Vec<crate::hub::ResolvedFile>,
     /// Things the user should know (e.g. a stale lockfile that was not used).
     pub notes: Vec<String>,
+    /// The lockfile the inputs were read through, if any.
+    pub lock: Option<UsedLock>,
 }
 
 #[derive(Debug)]
@@ -265,6 +269,7 @@ pub fn compile(path: &Path, access: HubAccess) -> Result<Plan, PlanError> {
             name: config.name,
             path: path.to_owned(),
             pipeline_sha256: sha256_hex(&bytes),
+            pipeline_yaml: bytes,
             seed: config.seed,
             template,
             tokenizer_path,
@@ -298,6 +303,7 @@ pub fn compile(path: &Path, access: HubAccess) -> Result<Plan, PlanError> {
             shuffle: config.output.shuffle,
             hub_files: inputs.hub_files,
             notes: inputs.notes,
+            lock: inputs.lock,
         }),
         _ => Err(PlanError::Invalid(path.to_owned(), errors)),
     }

@@ -2,15 +2,21 @@
 //! per-source accounting and per-shard hashes. No timestamps or timings, so that the same
 //! inputs give the same bytes.
 
+use super::identity::InputKind;
 use super::ShardSummary;
 use crate::report::SourceStats;
 use indexmap::IndexMap;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 #[derive(Debug, Serialize)]
 pub struct Manifest {
     pub tool: Tool,
     pub name: String,
+    /// SHA-256 over everything that decides the output bytes (`src/write/identity.rs`).
+    pub build_id: String,
+    /// SHA-256 over the shards' SHA-256s in shard order.
+    pub dataset_sha256: String,
+    pub pipeline: PipelineRecord,
     pub inputs: Inputs,
     pub settings: Settings,
     pub rows: u64,
@@ -23,7 +29,41 @@ pub struct Manifest {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub mix: Option<Mix>,
     pub shards: Vec<ShardSummary>,
+    /// Every other file of the output directory except this manifest, with its hash.
+    pub files: Vec<FileSummary>,
 }
+
+/// Where the pipeline was, and its copies in the output directory (`verify --rebuild`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PipelineRecord {
+    /// The pipeline file relative to the output directory, when both are on one file system
+    /// tree; a rebuild reads the inputs from there.
+    pub path: Option<String>,
+    /// Its copy in the output directory.
+    pub copy: String,
+    /// The lockfile the build read its inputs through, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lock: Option<LockRecord>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LockRecord {
+    /// Its copy in the output directory.
+    pub copy: String,
+    pub sha256: String,
+}
+
+/// A file of the output directory other than a shard.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FileSummary {
+    pub file: String,
+    pub bytes: u64,
+    pub sha256: String,
+}
+
+/// Names of the copies in the output directory.
+pub const PIPELINE_COPY: &str = "pipeline.yaml";
+pub const LOCK_COPY: &str = "pipeline.lock";
 
 #[derive(Debug, Serialize)]
 pub struct Mix {
@@ -70,6 +110,7 @@ pub struct HubInput {
 
 #[derive(Debug, Serialize)]
 pub struct InputFile {
+    pub kind: InputKind,
     pub source: String,
     pub path: String,
     pub bytes: u64,

@@ -6,11 +6,12 @@
 
 mod dataset;
 mod direct;
+pub mod identity;
 pub mod manifest;
 mod shard;
 mod spill;
 
-pub use dataset::{dataset_info_json, pretty, shard_name, state_json};
+pub use dataset::{dataset_info_json, features, pretty, shard_name, state_json};
 pub use direct::OutputFile;
 pub use shard::{
     schema, BatchBuilder, ShardEncoder, ShardSummary, ShardWriter, BATCH_ROWS as SHARD_BATCH_ROWS,

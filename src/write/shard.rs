@@ -42,7 +42,7 @@ fn build_schema() -> Arc<Schema> {
     Arc::new(Schema::new_with_metadata(fields, metadata))
 }
 
-#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize, PartialEq, Eq)]
 pub struct ShardSummary {
     pub file: String,
     pub rows: u64,

@@ -1,0 +1,427 @@
+//! `chatshards verify DIR [--rebuild]`: proves that an output directory is the dataset its
+//! manifest describes, and with `--rebuild` that its pipeline still builds exactly those bytes.
+//!
+//! Checks, in order, stopping at the first difference: every other file's size and SHA-256;
+//! every shard's size, SHA-256, row count and Arrow schema (against chatshards' schema and
+//! `dataset_info.json`'s features); `state.json`'s shard list and fingerprint; the manifest's
+//! own sums (`dataset_sha256`, rows, the accounting identity of every source); and its
+//! `build_id` recomputed from the inputs it records and the pipeline copy.
+
+use super::build::BuildArgs;
+use super::dataset_dir::{read_shard, OutputDir};
+use crate::hub::{hash_file, Lockfile};
+use crate::printer::Printer;
+use crate::write::identity::{self, Identity, IdentityInput, InputKind};
+use anyhow::{bail, Context, Result};
+use serde_json::Value;
+use std::fs;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+pub struct VerifyArgs {
+    pub dir: PathBuf,
+    /// Also rebuild from the recorded pipeline into a temporary directory and compare bytes.
+    pub rebuild: bool,
+    pub threads: Option<usize>,
+}
+
+pub fn run(args: &VerifyArgs, printer: &Printer) -> Result<()> {
+    let out = OutputDir::open(&args.dir)?;
+    check(&out)?;
+    let m = &out.manifest;
+    printer.info(&format!(
+        "`{}` matches its manifest: {} shard(s), {} rows, {} other files\n  build_id       {}\n  dataset_sha256 {}",
+        out.path.display(),
+        m.shards.len(),
+        m.rows,
+        m.files.len(),
+        m.build_id,
+        m.dataset_sha256
+    ));
+    if args.rebuild {
+        let files = rebuild(&out, args.threads, printer)?;
+        printer.info(&format!(
+            "rebuilt from the recorded pipeline: all {files} files are byte-identical"
+        ));
+    }
+    Ok(())
+}
+
+/// Every check but the rebuild; the error names the first difference.
+pub fn check(out: &OutputDir) -> Result<()> {
+    let dir = &out.path;
+    let m = &out.manifest;
+    let shown = |file: &str| dir.join(file).display().to_string();
+
+    for f in &m.files {
+        let path = dir.join(&f.file);
+        if !path.is_file() {
+            bail!("`{}` is missing (the manifest lists it)", path.display());
+        }
+        let (bytes, sha256) =
+            hash_file(&path).with_context(|| format!("cannot read `{}`", path.display()))?;
+        if bytes != f.bytes {
+            bail!(
+                "`{}` has {bytes} bytes; the manifest records {}",
+                path.display(),
+                f.bytes
+            );
+        }
+        if sha256 != f.sha256 {
+            bail!(
+                "`{}` has sha256 {sha256}; the manifest records {}",
+                path.display(),
+                f.sha256
+            );
+        }
+    }
+
+    let info = read_json(&dir.join("dataset_info.json"))?;
+    let features = &info["features"];
+    if features != &crate::write::features() {
+        bail!(
+            "`{}`: the features are not chatshards' columns: {features}",
+            shown("dataset_info.json")
+        );
+    }
+    let expected = crate::write::schema();
+    for s in &m.shards {
+        let path = dir.join(&s.file);
+        if !path.is_file() {
+            bail!("`{}` is missing (the manifest lists it)", path.display());
+        }
+        let read = read_shard(&path, true, |_| Ok(()))?;
+        let sha256 = read.sha256.unwrap_or_default();
+        if read.bytes != s.bytes {
+            bail!(
+                "`{}` has {} bytes; the manifest records {}",
+                path.display(),
+                read.bytes,
+                s.bytes
+            );
+        }
+        if sha256 != s.sha256 {
+            bail!(
+                "`{}` has sha256 {sha256}; the manifest records {}",
+                path.display(),
+                s.sha256
+            );
+        }
+        if read.rows != s.rows {
+            bail!(
+                "`{}` has {} rows; the manifest records {}",
+                path.display(),
+                read.rows,
+                s.rows
+            );
+        }
+        if read.schema.fields() != expected.fields() {
+            bail!(
+                "`{}`: the columns differ from chatshards' schema: {:?}",
+                path.display(),
+                read.schema.fields()
+            );
+        }
+        let recorded = read
+            .schema
+            .metadata()
+            .get("huggingface")
+            .and_then(|text| serde_json::from_str::<Value>(text).ok());
+        if recorded.as_ref().map(|v| &v["info"]["features"]) != Some(features) {
+            bail!(
+                "`{}`: the schema's `huggingface` features differ from `{}`",
+                path.display(),
+                shown("dataset_info.json")
+            );
+        }
+    }
+
+    let state = read_json(&dir.join("state.json"))?;
+    let listed: Vec<&str> = state["_data_files"]
+        .as_array()
+        .map(|files| {
+            files
+                .iter()
+                .filter_map(|f| f["filename"].as_str())
+                .collect()
+        })
+        .unwrap_or_default();
+    let shards: Vec<&str> = m.shards.iter().map(|s| s.file.as_str()).collect();
+    if listed != shards {
+        bail!(
+            "`{}` lists the shards {listed:?}; the manifest lists {shards:?}",
+            shown("state.json")
+        );
+    }
+    let dataset_sha256 = identity::dataset_sha256(m.shards.iter().map(|s| s.sha256.as_str()));
+    if dataset_sha256 != m.dataset_sha256 {
+        bail!(
+            "`{}`: dataset_sha256 is {}, but the shard hashes it lists give {dataset_sha256}",
+            shown("manifest.json"),
+            m.dataset_sha256
+        );
+    }
+    let fingerprint = &dataset_sha256[..identity::FINGERPRINT_CHARS];
+    if state["_fingerprint"].as_str() != Some(fingerprint) {
+        bail!(
+            "`{}`: _fingerprint is {}, not {fingerprint} (the start of dataset_sha256)",
+            shown("state.json"),
+            state["_fingerprint"]
+        );
+    }
+    let rows: u64 = m.shards.iter().map(|s| s.rows).sum();
+    if rows != m.rows {
+        bail!(
+            "`{}`: rows is {}, but its shards hold {rows}",
+            shown("manifest.json"),
+            m.rows
+        );
+    }
+    check_accounting(&m.json, m.rows)
+        .map_err(|e| anyhow::anyhow!("`{}`: {e}", shown("manifest.json")))?;
+
+    let build_id = recorded_build_id(out)?;
+    if build_id != m.build_id {
+        bail!(
+            "`{}`: build_id is {}, but the inputs it records and `{}` give {build_id}",
+            shown("manifest.json"),
+            m.build_id,
+            m.pipeline.copy
+        );
+    }
+    Ok(())
+}
+
+/// `read = kept + Σ rejected + Σ filtered + deduplicated` for every source (the identity of
+/// `SourceStats::balanced`), and the sources' output rows add up to the dataset's.
+fn check_accounting(manifest: &Value, rows: u64) -> Result<(), String> {
+    let Some(sources) = manifest["sources"].as_object() else {
+        return Err("no `sources`".to_owned());
+    };
+    let mut total_rows = 0;
+    for (name, s) in sources {
+        let n = |key: &str| s[key].as_u64().unwrap_or(0);
+        let sum = |key: &str| {
+            s[key]
+                .as_object()
+                .map_or(0, |o| o.values().filter_map(Value::as_u64).sum::<u64>())
+        };
+        // The identity of `SourceStats::balanced`, on the manifest's JSON.
+        let accounted = n("kept")
+            + sum("rejected")
+            + sum("filtered")
+            + n("deduplicated")
+            + n("near_duplicate")
+            + n("contaminated")
+            + n("sampled_out");
+        if n("read") != accounted {
+            return Err(format!(
+                "source `{name}` read {} rows but accounts for {accounted} (kept + rejected + filtered + deduplicated + near_duplicate + contaminated + sampled_out)",
+                n("read")
+            ));
+        }
+        total_rows += n("rows");
+    }
+    if total_rows != rows {
+        return Err(format!(
+            "the sources' rows add up to {total_rows}, not the dataset's {rows}"
+        ));
+    }
+    Ok(())
+}
+
+/// The build_id of what the manifest records (inputs, settings, lockfile) and the pipeline copy.
+fn recorded_build_id(out: &OutputDir) -> Result<String> {
+    let m = &out.manifest;
+    let json = &m.json;
+    let copy = out.path.join(&m.pipeline.copy);
+    let yaml = fs::read(&copy).with_context(|| format!("cannot read `{}`", copy.display()))?;
+    let pipeline = identity::pipeline_value(&yaml)
+        .with_context(|| format!("`{}` is not YAML", copy.display()))?;
+    let text = |v: &Value| v.as_str().unwrap_or_default().to_owned();
+    let mut inputs = Vec::new();
+    for f in json["inputs"]["files"].as_array().into_iter().flatten() {
+        inputs.push(IdentityInput {
+            kind: serde_json::from_value(f["kind"].clone()).unwrap_or(InputKind::Source),
+            name: text(&f["source"]),
+            path: text(&f["path"]),
+            sha256: text(&f["sha256"]),
+        });
+    }
+    let kwargs = json["settings"]["template_kwargs"]
+        .as_object()
+        .cloned()
+        .unwrap_or_default();
+    let (tool, version) = (text(&json["tool"]["name"]), text(&json["tool"]["version"]));
+    let (template, tokenizer) = (
+        text(&json["inputs"]["template_sha256"]),
+        text(&json["inputs"]["tokenizer_sha256"]),
+    );
+    Ok(Identity {
+        tool_name: &tool,
+        tool_version: &version,
+        pipeline: &pipeline,
+        lock_sha256: m.pipeline.lock.as_ref().map(|l| l.sha256.as_str()),
+        template_sha256: &template,
+        template_kwargs: &kwargs,
+        tokenizer_sha256: &tokenizer,
+        inputs: &inputs,
+    }
+    .build_id())
+}
+
+fn read_json(path: &Path) -> Result<Value> {
+    let bytes = fs::read(path).with_context(|| format!("`{}` is missing", path.display()))?;
+    serde_json::from_slice(&bytes).with_context(|| format!("`{}` is not JSON", path.display()))
+}
+
+/// Builds the recorded pipeline into a temporary sibling of the output directory and compares
+/// every file it writes with the output's. Returns how many files were compared.
+fn rebuild(out: &OutputDir, threads: Option<usize>, printer: &Printer) -> Result<usize> {
+    let record = &out.manifest.pipeline;
+    let Some(relative) = &record.path else {
+        bail!("the manifest does not record where the pipeline was, so it cannot be rebuilt");
+    };
+    let pipeline = out.path.join(relative);
+    let copy = out.path.join(&record.copy);
+    let same_as_copy = |path: &Path, copy: &Path, what: &str| -> Result<()> {
+        let now = fs::read(path).with_context(|| {
+            format!(
+                "the {what} was `{}` when this dataset was built, and cannot be read now",
+                path.display()
+            )
+        })?;
+        let then = fs::read(copy).with_context(|| format!("cannot read `{}`", copy.display()))?;
+        if now != then {
+            bail!(
+                "the {what} `{}` has changed since this dataset was built; restore it from `{}` to rebuild",
+                path.display(),
+                copy.display()
+            );
+        }
+        Ok(())
+    };
+    same_as_copy(&pipeline, &copy, "pipeline")?;
+    if let Some(lock) = &record.lock {
+        same_as_copy(
+            &Lockfile::path_for(&pipeline),
+            &out.path.join(&lock.copy),
+            "lockfile",
+        )?;
+    }
+    // A sibling, so that the pipeline's path relative to the output (recorded in the manifest)
+    // is the same.
+    let name = out
+        .path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "dataset".to_owned());
+    let temp = out
+        .path
+        .with_file_name(format!(".{name}.rebuild-{}", std::process::id()));
+    if temp.exists() {
+        bail!("`{}` exists; remove it to rebuild", temp.display());
+    }
+    printer.info(&format!(
+        "rebuilding `{}` into `{}`...",
+        pipeline.display(),
+        temp.display()
+    ));
+    let built = super::build::run(
+        &BuildArgs {
+            pipeline,
+            threads,
+            locked: record.lock.is_some(),
+            timings: false,
+            output: Some(temp.clone()),
+        },
+        &Printer::Quiet,
+    )
+    .context("the rebuild failed");
+    let compared = built.and_then(|()| compare_dirs(&out.path, &temp));
+    // Both were written by this rebuild only (the name is new and holds our process id).
+    for path in [
+        temp.clone(),
+        temp.with_file_name(format!(".{name}.rebuild-{}.partial", std::process::id())),
+    ] {
+        if path.exists() {
+            fs::remove_dir_all(&path).ok();
+        }
+    }
+    compared
+}
+
+/// Every file of `rebuilt` must be in `dir` with the same bytes. Returns how many there are.
+fn compare_dirs(dir: &Path, rebuilt: &Path) -> Result<usize> {
+    let mut names = Vec::new();
+    for entry in
+        fs::read_dir(rebuilt).with_context(|| format!("cannot read `{}`", rebuilt.display()))?
+    {
+        let entry = entry.with_context(|| format!("cannot read `{}`", rebuilt.display()))?;
+        if entry.path().is_file() {
+            names.push(entry.file_name());
+        }
+    }
+    names.sort();
+    for name in &names {
+        let (ours, theirs) = (dir.join(name), rebuilt.join(name));
+        if !ours.is_file() {
+            bail!(
+                "the rebuild wrote `{}`, which `{}` does not have",
+                name.to_string_lossy(),
+                dir.display()
+            );
+        }
+        if let Some(offset) = first_difference(&ours, &theirs)? {
+            bail!(
+                "`{}` differs from the rebuild at byte {offset}",
+                ours.display()
+            );
+        }
+    }
+    Ok(names.len())
+}
+
+/// The offset of the first byte where two files differ (the shorter one's length when one is
+/// a prefix of the other), or `None` when they are equal.
+fn first_difference(a: &Path, b: &Path) -> Result<Option<u64>> {
+    let open = |p: &Path| {
+        fs::File::open(p)
+            .map(|f| std::io::BufReader::with_capacity(1 << 20, f))
+            .with_context(|| format!("cannot read `{}`", p.display()))
+    };
+    let (mut a_file, mut b_file) = (open(a)?, open(b)?);
+    let (mut a_buf, mut b_buf) = (vec![0u8; 1 << 16], vec![0u8; 1 << 16]);
+    let mut offset = 0u64;
+    loop {
+        let n = read_full(&mut a_file, &mut a_buf)
+            .with_context(|| format!("cannot read `{}`", a.display()))?;
+        let m = read_full(&mut b_file, &mut b_buf)
+            .with_context(|| format!("cannot read `{}`", b.display()))?;
+        let common = n.min(m);
+        if let Some(i) = (0..common).find(|&i| a_buf[i] != b_buf[i]) {
+            return Ok(Some(offset + i as u64));
+        }
+        if n != m {
+            return Ok(Some(offset + common as u64));
+        }
+        if n == 0 {
+            return Ok(None);
+        }
+        offset += n as u64;
+    }
+}
+
+/// Fills `buf` unless the file ends first; returns the bytes read.
+fn read_full(reader: &mut impl Read, buf: &mut [u8]) -> std::io::Result<usize> {
+    let mut filled = 0;
+    while filled < buf.len() {
+        match reader.read(&mut buf[filled..]) {
+            Ok(0) => break,
+            Ok(n) => filled += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(filled)
+}
