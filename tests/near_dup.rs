@@ -164,6 +164,34 @@ fn recall_and_false_positives_against_exact_jaccard() {
 }
 
 #[test]
+fn signatures_estimate_jaccard_without_bias() {
+    // The share of equal signature values estimates J, unbiased with variance J(1 - J)/k for
+    // min-wise independent permutations: a check of the 32-bit hashing scheme itself.
+    let config = NearDupConfig::default();
+    let hasher = MinHasher::new(&config);
+    let k = (config.bands * config.rows) as f64;
+    let mut rng = Rng(99);
+    let (mut bias, mut z2, mut n) = (0.0, 0.0, 0.0);
+    for i in 0..600 {
+        let len = 80 + rng.below(200) as usize;
+        let base: Vec<String> = (0..len).map(|_| word(&mut rng)).collect();
+        let v = variant(&mut rng, &base, 1 + i % 40);
+        let j = jaccard(&base, &v);
+        let sig = |w: &[String]| hasher.signature(&w.join(" ")).expect("signature");
+        let (a, b) = (sig(&base), sig(&v));
+        let estimate = a.iter().zip(&b).filter(|(x, y)| x == y).count() as f64 / k;
+        bias += estimate - j;
+        let var = (j * (1.0 - j) / k).max(1e-9);
+        z2 += (estimate - j).powi(2) / var;
+        n += 1.0;
+    }
+    let (bias, chi) = (bias / n, z2 / n);
+    println!("mean estimate - J: {bias:+.4}; mean squared z: {chi:.3} (1 for ideal MinHash)");
+    assert!(bias.abs() < 0.005, "bias {bias}");
+    assert!((0.7..1.3).contains(&chi), "variance ratio {chi}");
+}
+
+#[test]
 fn defaults_imply_the_documented_threshold() {
     let c = NearDupConfig::default();
     let round = |x: f64| (x * 1000.0).round() / 1000.0;
