@@ -32,7 +32,7 @@ use serde::Deserialize;
 use xxhash_rust::xxh3::xxh3_64_with_seed;
 
 /// `near_dup:` in the YAML.
-#[derive(Deserialize, Debug, Clone, PartialEq, Eq)]
+#[derive(Deserialize, Debug, Clone, PartialEq, Eq, serde::Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct NearDupConfig {
     /// Which turns are compared. Default `all`.
@@ -47,6 +47,10 @@ pub struct NearDupConfig {
     pub rows: usize,
     #[serde(default)]
     pub seed: u64,
+    /// The sources compared (by name); all of them when absent. Rows of other sources are
+    /// never near-duplicates.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sources: Option<Vec<String>>,
 }
 
 impl Default for NearDupConfig {
@@ -57,6 +61,7 @@ impl Default for NearDupConfig {
             bands: default_bands(),
             rows: default_rows(),
             seed: 0,
+            sources: None,
         }
     }
 }
@@ -68,7 +73,7 @@ fn default_rows() -> usize {
     12
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 pub enum Shingle {
     /// Runs of n normalized words.
     Words(usize),

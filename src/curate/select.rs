@@ -39,7 +39,7 @@ pub fn repeat_key(seed: u64, copy: u32, sample_id: &str) -> u64 {
 }
 
 /// How a source's `take` chooses its rows.
-#[derive(Deserialize, Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Deserialize, Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Sample {
     /// The rows with the smallest selection keys: a seeded uniform random sample.
@@ -50,7 +50,7 @@ pub enum Sample {
 }
 
 /// `mix:` in the YAML.
-#[derive(Deserialize, Debug, Clone, PartialEq, Eq)]
+#[derive(Deserialize, Debug, Clone, PartialEq, Eq, serde::Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct MixConfig {
     pub target: MixTarget,
@@ -88,7 +88,7 @@ impl MixConfig {
     }
 }
 
-#[derive(Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Deserialize, Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum MixTarget {
     Rows,
@@ -107,7 +107,7 @@ impl MixTarget {
 }
 
 /// What a mix does when a source has less than its quota.
-#[derive(Deserialize, Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Deserialize, Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Shortfall {
     /// The build fails naming the source, its quota and what it has.
