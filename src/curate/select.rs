@@ -64,6 +64,30 @@ pub struct MixConfig {
     pub max_repeats: Option<u32>,
 }
 
+impl MixConfig {
+    /// Checks the numbers; the message names the field.
+    pub fn check(&self) -> Result<(), String> {
+        if self.total == 0 {
+            return Err("mix: `total` must be at least 1".into());
+        }
+        if self.max_repeats == Some(0) {
+            return Err("mix: `max_repeats` must be at least 1 (leave it out for none)".into());
+        }
+        Ok(())
+    }
+
+    /// Checks a source's `weight`.
+    pub fn check_weight(source: &str, weight: f64) -> Result<(), String> {
+        if weight.is_finite() && weight > 0.0 {
+            Ok(())
+        } else {
+            Err(format!(
+                "source `{source}`: `weight` must be a positive number, not {weight}"
+            ))
+        }
+    }
+}
+
 #[derive(Deserialize, Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum MixTarget {
@@ -542,6 +566,37 @@ mod tests {
 
     const SEL_GOLDEN: u64 = 9_389_147_417_266_797_520;
     const REPEAT_GOLDEN: u64 = 1_699_266_550_756_252_866;
+
+    #[test]
+    fn mix_yaml_and_checks() {
+        let m: MixConfig = serde_yaml_ng::from_str(
+            "{target: supervised_tokens, total: 1000000, shortfall: redistribute, max_repeats: 2}",
+        )
+        .expect("parses");
+        assert_eq!(
+            m,
+            MixConfig {
+                target: MixTarget::SupervisedTokens,
+                total: 1_000_000,
+                shortfall: Shortfall::Redistribute,
+                max_repeats: Some(2)
+            }
+        );
+        assert_eq!(m.check(), Ok(()));
+        let m: MixConfig = serde_yaml_ng::from_str("{target: rows, total: 0}").expect("parses");
+        assert_eq!(m.shortfall, Shortfall::Fail);
+        assert_eq!(m.check(), Err("mix: `total` must be at least 1".into()));
+        assert!(serde_yaml_ng::from_str::<MixConfig>("{target: words, total: 3}").is_err());
+        assert!(serde_yaml_ng::from_str::<MixConfig>("{target: rows, totl: 3}").is_err());
+        assert_eq!(MixConfig::check_weight("a", 0.5), Ok(()));
+        assert_eq!(
+            MixConfig::check_weight("a", 0.0),
+            Err("source `a`: `weight` must be a positive number, not 0".into())
+        );
+        assert!(MixConfig::check_weight("a", f64::NAN).is_err());
+        let s: Sample = serde_yaml_ng::from_str("first").expect("sample");
+        assert_eq!(s, Sample::First);
+    }
 
     #[test]
     fn without_a_mix_take_is_a_cap() {

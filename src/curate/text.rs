@@ -100,6 +100,9 @@ fn push_part(out: &mut String, part: &str) {
 ///
 /// `"Hello,  WORLD!\n ｆｏｏ_bar"` → `"hello world foo bar"`.
 pub fn normalize(text: &str) -> String {
+    if text.is_ascii() {
+        return normalize_ascii(text);
+    }
     let mut out = String::with_capacity(text.len());
     // Whether a separator is owed before the next word character.
     let mut gap = false;
@@ -114,6 +117,21 @@ pub fn normalize(text: &str) -> String {
         }
         gap = single;
         out.extend(c.to_lowercase());
+    }
+    out
+}
+
+/// [`normalize`] for ASCII text, which NFKC leaves as it is (most rows: the fast path).
+fn normalize_ascii(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for word in text
+        .split(|c: char| !c.is_ascii_alphanumeric())
+        .filter(|w| !w.is_empty())
+    {
+        if !out.is_empty() {
+            out.push(' ');
+        }
+        out.extend(word.chars().map(|c| c.to_ascii_lowercase()));
     }
     out
 }
@@ -207,6 +225,20 @@ mod tests {
         assert_eq!(normalize("我爱Rust语言!"), "我 爱 rust 语 言");
         assert_eq!(normalize("日本語です"), "日 本 語 で す");
         assert_eq!(normalize("def f(x):\n\treturn x+1"), "def f x return x 1");
+        // The ASCII fast path and the general path agree.
+        for t in [
+            "Hello,  WORLD!\n foo_bar",
+            "  x--y  ",
+            "",
+            "A1 b2\tC3.",
+            "\u{7f}ctl\u{1}x",
+        ] {
+            let general = normalize(&format!("{t}é"))
+                .trim_end_matches('é')
+                .trim_end()
+                .to_string();
+            assert_eq!(normalize(t), general, "{t:?}");
+        }
         let n = normalize("a  b\tc");
         assert_eq!(words(&n).collect::<Vec<_>>(), ["a", "b", "c"]);
         assert_eq!(words("").count(), 0);

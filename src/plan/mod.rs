@@ -224,11 +224,8 @@ pub fn compile(path: &Path, access: HubAccess) -> Result<Plan, PlanError> {
             ));
         }
         if let Some(w) = source.weight {
-            if !(w.is_finite() && w > 0.0) {
-                errors.push(format!(
-                    "sources[{i}] (`{}`): `weight` must be a positive number, not {w}",
-                    source.name
-                ));
+            if let Err(e) = crate::curate::select::MixConfig::check_weight(&source.name, w) {
+                errors.push(format!("sources[{i}]: {e}"));
             }
         }
         match compile_source(&inputs.sources[i], source, &config.filters) {
@@ -260,8 +257,8 @@ pub fn compile(path: &Path, access: HubAccess) -> Result<Plan, PlanError> {
         }
     }
     if let Some(mix) = &config.mix {
-        if mix.total == 0 {
-            errors.push("mix.total must be at least 1".into());
+        if let Err(e) = mix.check() {
+            errors.push(e);
         }
     }
     match (template, errors.is_empty()) {
