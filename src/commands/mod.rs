@@ -6,3 +6,4 @@ pub mod inspect;
 pub mod lock;
 pub mod normalize;
 pub mod render;
+pub mod shipped;

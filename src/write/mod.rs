@@ -7,6 +7,7 @@
 mod dataset;
 mod direct;
 pub mod manifest;
+pub mod output;
 mod shard;
 mod spill;
 
