@@ -24,8 +24,8 @@ pub enum Command {
     Build {
         /// The pipeline YAML.
         pipeline: PathBuf,
-        /// Worker threads (default: all cores). The output is identical for any value.
-        #[arg(long)]
+        /// Worker threads, 1 to 1024 (default: all cores). The output is identical for any value.
+        #[arg(long, value_parser = parse_threads)]
         threads: Option<usize>,
         /// Use exactly the Hub commits and files pinned in `PIPELINE.lock`, never the network;
         /// fail if the lockfile is missing or stale.
@@ -66,9 +66,10 @@ pub enum Command {
         /// `agentic` only: leave out trajectories not known to be resolved.
         #[arg(long)]
         resolved_only: bool,
-        /// The tokenizer whose control tokens are rejected in content.
-        #[arg(long, default_value = "templates/qwen3.6/tokenizer.json.zst")]
-        tokenizer: PathBuf,
+        /// The tokenizer whose control tokens are rejected in content (default: the Qwen3.6
+        /// tokenizer built into the binary).
+        #[arg(long)]
+        tokenizer: Option<PathBuf>,
     },
     /// Pin the pipeline's Hub revisions to commits and file hashes in `PIPELINE.lock`, next to
     /// the pipeline. Entries that still match the pipeline are kept as they are.
@@ -122,10 +123,23 @@ pub enum Command {
         /// Row index (global, in shard order).
         #[arg(long, default_value_t = 0)]
         row: u64,
-        /// The tokenizer used for the build.
-        #[arg(long, default_value = "templates/qwen3.6/tokenizer.json.zst")]
-        tokenizer: PathBuf,
+        /// The tokenizer used for the build (default: the Qwen3.6 tokenizer built into the
+        /// binary).
+        #[arg(long)]
+        tokenizer: Option<PathBuf>,
     },
+}
+
+/// Most worker threads accepted: far above any machine this runs on, low enough that a typo
+/// (`--threads 100000`) is an error rather than a hundred thousand threads.
+pub const MAX_THREADS: usize = 1024;
+
+fn parse_threads(s: &str) -> Result<usize, String> {
+    match s.parse::<usize>() {
+        Ok(n) if (1..=MAX_THREADS).contains(&n) => Ok(n),
+        Ok(n) => Err(format!("{n} is out of range: use 1 to {MAX_THREADS}")),
+        Err(e) => Err(format!("not a thread count: {e}")),
+    }
 }
 
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]

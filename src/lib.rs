@@ -103,7 +103,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
             dir,
             row,
             tokenizer,
-        } => commands::inspect::run(&dir, row, &tokenizer),
+        } => commands::inspect::run(&dir, row, tokenizer.as_deref()),
     }
 }
 

@@ -19,7 +19,7 @@ use crate::curate::row::Curator;
 use crate::curate::select::AllocError;
 use crate::plan::Plan;
 use crate::process::{Outcome, RowProcessor, SpotChecks, Tokenized};
-use crate::read::{read_files, RawRow, ReadError};
+use crate::read::{read_files_with, RawRow, ReadError};
 use crate::reject::{Reject, Skip};
 use crate::report::timings::{PoolStage, Timings};
 use crate::report::SourceStats;
@@ -264,16 +264,19 @@ impl Context<'_> {
         self.progress
             .source_started(&format!("{} (scan)", source.name), None);
         let (mut read, mut candidates) = (0u64, 0u64);
-        let work = |batch: Vec<RawRow>| -> Vec<(u32, u64, ScanRow)> {
+        let work = |batch: Vec<RawRow>| -> Vec<(u32, u64, u64, ScanRow)> {
             self.timings.time(PoolStage::Prepare, || {
                 batch
                     .into_iter()
-                    .map(|raw| (raw.file as u32, raw.row, self.scan_row(index, raw)))
+                    .map(|raw| {
+                        let (file, row, shown) = (raw.file as u32, raw.row, raw.shown_row());
+                        (file, row, shown, self.scan_row(index, raw))
+                    })
                     .collect()
             })
         };
-        let mut commit = |rows: Vec<(u32, u64, ScanRow)>| -> Result<(), RunError> {
-            for (file, row, scanned) in rows {
+        let mut commit = |rows: Vec<(u32, u64, u64, ScanRow)>| -> Result<(), RunError> {
+            for (file, row, shown, scanned) in rows {
                 read += 1;
                 ledger.read(index);
                 match scanned {
@@ -283,6 +286,7 @@ impl Context<'_> {
                             source: index,
                             file,
                             row,
+                            shown,
                             reason: reject.reason.code().to_owned(),
                             message: reject.message,
                             extra: Vec::new(),
@@ -295,6 +299,7 @@ impl Context<'_> {
                             source: index,
                             file,
                             row,
+                            shown,
                             reason: filter,
                             message: detail,
                             extra: Vec::new(),
@@ -303,13 +308,15 @@ impl Context<'_> {
                     }
                     ScanRow::Candidate(scanned) => {
                         let name = &source.display_files[file as usize];
-                        if let Some(of) = ledger.candidate(index, file, row, name, scanned) {
+                        let at = (file, row, shown);
+                        if let Some(of) = ledger.candidate(index, at, name, scanned) {
                             let (os, of_file, of_row) = ledger.position_of(of);
                             let id = format!("{}:{of_file}:{of_row}", self.plan.sources[os].name);
                             let note = RowNote {
                                 source: index,
                                 file,
                                 row,
+                                shown,
                                 reason: "deduplicated".to_owned(),
                                 message: String::new(),
                                 extra: vec![("duplicate_of", id)],
@@ -583,6 +590,7 @@ impl Context<'_> {
         commit: &mut dyn FnMut(Vec<T>) -> Result<(), RunError>,
     ) -> Result<(), RunError> {
         let files = &self.plan.sources[index].files;
+        let read_options = &self.plan.read_options;
         let (events_tx, events) = channel::<Event<T>>();
         // One credit per batch in flight: the reader takes one before each batch, the commit of
         // a batch gives it back. Dropping the sender stops the reader.
@@ -602,7 +610,7 @@ impl Context<'_> {
                         credits.recv().is_ok() && reader_tx.send(Event::Batch(batch)).is_ok()
                     };
                     let mut open = true;
-                    let result = read_files(files, &mut |row| {
+                    let result = read_files_with(files, read_options, &mut |row| {
                         if let Some(wanted) = wanted {
                             if !is_wanted(wanted, row.file as u32, row.row) {
                                 return open;
@@ -711,7 +719,8 @@ fn write_note(w: &mut dyn Write, plan: &Plan, note: &RowNote, name: &str) -> Res
         "file".into(),
         Value::from(source.display_files[note.file as usize].as_str()),
     );
-    record.insert("row".into(), Value::from(note.row));
+    // As editors show it: the line number for line formats, else the record index.
+    record.insert("row".into(), Value::from(note.shown));
     record.insert(
         "sample_id".into(),
         Value::from(format!("{}:{}:{}", source.name, note.file, note.row)),

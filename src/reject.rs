@@ -54,6 +54,8 @@ pub enum RejectReason {
     /// A role marker (`USER:`, `ASSISTANT:`, ...) inside an assistant turn: a phantom turn
     /// that would be trained as the model's own text.
     StrayRoleMarker,
+    /// The record is larger than `max_row_bytes` (not held in memory where the format allows).
+    TooLarge,
 }
 
 impl RejectReason {
@@ -81,6 +83,7 @@ impl RejectReason {
             RejectReason::UndeclaredTool => "undeclared_tool",
             RejectReason::OrphanToolResponse => "orphan_tool_response",
             RejectReason::StrayRoleMarker => "stray_role_marker",
+            RejectReason::TooLarge => "too_large",
         }
     }
 }
@@ -119,6 +122,9 @@ pub enum FilterReason {
     TakeLimit,
     /// An agentic trajectory not known to be resolved, under `resolved_only: true`.
     Unresolved,
+    /// A blank (empty or whitespace-only) line of a JSON lines file: counted so that `read`
+    /// is the number of lines, but nothing to reject.
+    BlankLine,
 }
 
 impl FilterReason {
@@ -128,6 +134,7 @@ impl FilterReason {
             FilterReason::TooFewSupervised => "too_few_supervised",
             FilterReason::TakeLimit => "take_limit",
             FilterReason::Unresolved => "unresolved",
+            FilterReason::BlankLine => "blank_line",
         }
     }
 }
@@ -138,6 +145,15 @@ impl FilterReason {
 pub enum Skip {
     Rejected(Reject),
     Filtered(FilterReason),
+}
+
+impl fmt::Display for Skip {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Skip::Rejected(r) => write!(f, "rejected `{}`: {}", r.reason, r.message),
+            Skip::Filtered(reason) => write!(f, "filtered `{}`", reason.code()),
+        }
+    }
 }
 
 impl From<Reject> for Skip {
@@ -268,11 +284,18 @@ mod tests {
             R::UndeclaredTool,
             R::OrphanToolResponse,
             R::StrayRoleMarker,
+            R::TooLarge,
         ] {
             assert_eq!(serde_name(r), r.code());
         }
         use FilterReason as F;
-        for f in [F::TooLong, F::TooFewSupervised, F::TakeLimit, F::Unresolved] {
+        for f in [
+            F::TooLong,
+            F::TooFewSupervised,
+            F::TakeLimit,
+            F::Unresolved,
+            F::BlankLine,
+        ] {
             assert_eq!(serde_name(f), f.code());
         }
         use Repair as P;

@@ -776,7 +776,7 @@ fn same_from_line(adapter: &Adapter, line: &[u8]) -> bool {
         Ok(value) => adapter.prepare(&value, &mut from_value),
         Err(e) => Err(Skip::Rejected(Reject::new(
             RejectReason::InvalidJson,
-            e.to_string(),
+            chatshards::read::one_line_error(&e),
         ))),
     };
     assert_eq!(

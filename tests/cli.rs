@@ -424,17 +424,25 @@ fn every_shipped_pipeline_parses_and_the_recipe_adds_up_to_913786_rows() {
     assert!(seen >= 3, "{seen} pipelines");
     let recipe = dir.join("qwen36-drafter.yaml");
     let (config, _) = chatshards::plan::parse(&recipe).expect("recipe");
-    let total: u64 = config
+    // A mix of 913,786 rows whose weights are the per-source counts: each quota is exactly its
+    // weight (largest remainder has nothing to round).
+    let mix = config.mix.as_ref().expect("the recipe has a mix");
+    assert_eq!(mix.total, 913_786);
+    let weights: Vec<f64> = config
         .sources
         .iter()
-        .map(|s| match s.take {
-            chatshards::plan::config::Take::Rows(n) => n,
-            chatshards::plan::config::Take::All => panic!("`{}` has no take count", s.name),
-        })
-        .sum();
-    assert_eq!(total, 913_786);
+        .map(|s| s.weight.unwrap_or_else(|| panic!("`{}` has no weight", s.name)))
+        .collect();
+    let quotas = chatshards::curate::select::largest_remainder(mix.total, &weights);
+    let counts: Vec<u64> = weights.iter().map(|w| *w as u64).collect();
+    assert_eq!(quotas, counts);
+    assert_eq!(counts.iter().sum::<u64>(), 913_786);
     let specs = chatshards::hub::hub_specs_of(&recipe).expect("hub specs");
-    assert_eq!(specs.len(), 10, "tokenizer, template and 8 sources");
+    assert_eq!(
+        specs.len(),
+        12,
+        "tokenizer, template, 8 sources and 2 benchmark sets"
+    );
 }
 
 /// Builds the demo sources into `<tmp>/<name>/out` with the given encoder backend and extra

@@ -107,9 +107,7 @@ impl Adapter {
                 return Ok(conversation);
             }
         }
-        let value = record
-            .into_value()
-            .map_err(|e| Reject::new(crate::reject::RejectReason::InvalidJson, e))?;
+        let value = record.into_value()?;
         self.prepare(&value, repairs)
     }
 

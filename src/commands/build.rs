@@ -70,6 +70,10 @@ fn build(
     started: Instant,
     timings: &Timings,
 ) -> Result<()> {
+    // First: a refused or locked output directory fails at once, before any work.
+    let out = &plan.output_dir;
+    let output = write::output::Output::prepare(out, &placement(plan))?;
+    let staging = output.staging().to_owned();
     for note in &plan.notes {
         printer.info(&format!("note: {note}"));
     }
@@ -82,16 +86,6 @@ fn build(
         ),
         None => "renderer: minijinja".to_owned(),
     });
-    let out = &plan.output_dir;
-    check_output_dir(out)?;
-    let staging = sibling(out, "partial");
-    if staging.exists() {
-        fs::remove_dir_all(&staging)
-            .with_context(|| format!("failed to remove stale `{}`", staging.display()))?;
-    }
-    fs::create_dir_all(&staging)
-        .with_context(|| format!("failed to create `{}`", staging.display()))?;
-
     let threads = args.threads.unwrap_or(0);
     let pool = rayon::ThreadPoolBuilder::new()
         .num_threads(threads)
@@ -148,7 +142,7 @@ fn build(
     if total_rows == 0 {
         bail!(
             "no rows were kept, so no dataset was written; see `{}` for the reasons",
-            staging.join("rejects.jsonl").display()
+            output.keep_rejects()?.display()
         );
     }
 
@@ -211,12 +205,7 @@ fn build(
     let manifest_json = write::pretty(&serde_json::to_value(&manifest)?);
     write_file(&staging.join("manifest.json"), &manifest_json)?;
 
-    if out.exists() {
-        fs::remove_dir_all(out)
-            .with_context(|| format!("failed to replace `{}`", out.display()))?;
-    }
-    fs::rename(&staging, out)
-        .with_context(|| format!("failed to move the dataset into `{}`", out.display()))?;
+    output.commit()?;
     timings.end_phase(Phase::Shards);
     let secs = started.elapsed().as_secs_f64();
     printer.info(&format!(
@@ -276,29 +265,16 @@ pub fn processor(plan: &Plan) -> Result<(RowProcessor, BackendReport)> {
     Ok((processor, report))
 }
 
-/// Refuses to overwrite a directory that is not a previous chatshards output, or one whose
-/// rows are already referenced by extracted hidden states.
-fn check_output_dir(out: &Path) -> Result<()> {
-    if !out.exists() {
-        return Ok(());
+/// What the output directory must stay clear of: the pipeline and every file it reads.
+fn placement(plan: &Plan) -> write::output::Placement<'_> {
+    let sources = plan.sources.iter().flat_map(|s| s.files.iter());
+    write::output::Placement {
+        pipeline: &plan.path,
+        inputs: sources
+            .chain([&plan.tokenizer_path, &plan.template.path])
+            .map(PathBuf::as_path)
+            .collect(),
     }
-    if out.join("hidden_states").exists() {
-        bail!(
-            "`{}` has a `hidden_states/` folder: its row order is in use and must not change. Choose another `output.dir`",
-            out.display()
-        );
-    }
-    let empty = fs::read_dir(out)
-        .with_context(|| format!("failed to read `{}`", out.display()))?
-        .next()
-        .is_none();
-    if !empty && !out.join("manifest.json").exists() {
-        bail!(
-            "`{}` exists and is not a chatshards dataset (no manifest.json); refusing to overwrite it",
-            out.display()
-        );
-    }
-    Ok(())
 }
 
 /// Encoded bytes of a shard for the writer, and whether they end it.
@@ -724,12 +700,6 @@ fn hash_file(path: &Path, cancel: &AtomicBool, timings: &Timings) -> Result<(u64
         timings.hashing_progress();
     }
     Ok((bytes, hex::encode(hasher.finalize())))
-}
-
-fn sibling(dir: &Path, suffix: &str) -> PathBuf {
-    let mut name = dir.file_name().unwrap_or_default().to_os_string();
-    name.push(format!(".{suffix}"));
-    dir.with_file_name(name)
 }
 
 fn create(path: &Path) -> Result<BufWriter<fs::File>> {

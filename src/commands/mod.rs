@@ -8,4 +8,5 @@ pub mod inspect;
 pub mod lock;
 pub mod normalize;
 pub mod render;
+pub mod shipped;
 pub mod verify;

@@ -13,8 +13,7 @@ use crate::plan::config::{ColumnsConfig, FormatName, TagsConfig};
 use crate::plan::FormatOptions;
 use crate::printer::Printer;
 use crate::read::read_files;
-use crate::reject::{Reject, RejectReason, Skip};
-use crate::tokenize::Tokenizer;
+use crate::reject::Skip;
 use crate::validate::Validator;
 use anyhow::{anyhow, Context, Result};
 use serde_json::{json, Value};
@@ -25,7 +24,8 @@ use std::path::PathBuf;
 pub struct NormalizeArgs {
     pub format: String,
     pub file: PathBuf,
-    pub tokenizer: PathBuf,
+    /// `None`: the built-in Qwen3.6 tokenizer.
+    pub tokenizer: Option<PathBuf>,
     pub rejects: Option<PathBuf>,
     pub resolved_only: bool,
 }
@@ -44,8 +44,7 @@ pub fn run(args: &NormalizeArgs, printer: &Printer) -> Result<()> {
     )
     .map_err(|errors| anyhow!("{}", errors.join("; ")))?;
     // The same control-token list a build rejects on.
-    let tokenizer = Tokenizer::load(&args.tokenizer)
-        .with_context(|| format!("failed to load tokenizer `{}`", args.tokenizer.display()))?;
+    let tokenizer = super::shipped::tokenizer(args.tokenizer.as_deref())?;
     let validator = Validator::new(&tokenizer.forbidden);
     let name = adapter.name();
 
@@ -62,16 +61,13 @@ pub fn run(args: &NormalizeArgs, printer: &Printer) -> Result<()> {
     let mut failure = None;
     read_files(std::slice::from_ref(&args.file), &mut |raw| {
         read += 1;
-        let row = raw.row;
-        let result = raw
-            .into_value()
-            .map_err(|e| Skip::from(Reject::new(RejectReason::InvalidJson, e)))
-            .and_then(|value| {
-                let mut repairs = Repairs::new();
-                let conversation = adapter.prepare(&value, &mut repairs)?;
-                let conversation = validator.validate(conversation, &mut repairs)?;
-                Ok((value, conversation))
-            });
+        let (row, shown) = (raw.row, raw.shown_row());
+        let result = raw.into_value().and_then(|value| {
+            let mut repairs = Repairs::new();
+            let conversation = adapter.prepare(&value, &mut repairs)?;
+            let conversation = validator.validate(conversation, &mut repairs)?;
+            Ok((value, conversation))
+        });
         let written = match result {
             Ok((value, conversation)) => {
                 kept += 1;
@@ -83,13 +79,12 @@ pub fn run(args: &NormalizeArgs, printer: &Printer) -> Result<()> {
             }
             Err(Skip::Rejected(reject)) => {
                 rejected += 1;
-                let record =
-                    json!({"row": row, "reason": reject.reason.code(), "message": reject.message});
+                let record = json!({"row": shown, "reason": reject.reason.code(), "message": reject.message});
                 line(&mut side, &record)
             }
             Err(Skip::Filtered(reason)) => {
                 filtered += 1;
-                line(&mut side, &json!({"row": row, "filtered": reason.code()}))
+                line(&mut side, &json!({"row": shown, "filtered": reason.code()}))
             }
         };
         match written {

@@ -1,6 +1,8 @@
 //! `chatshards render`: JSON lines in (`{"messages", "tools"}`), one JSON line out per input:
 //! `{"text", "input_ids", "loss_mask"}` (or `{"rows": [...]}` under `expand`), or
-//! `{"error": {"code", "message"}}`. Messages go through the `openai` adapter (string tool
+//! `{"error": {"code", "message", "line"}}` (the 1-based line number). Lines are answered as
+//! they arrive, each flushed; a line that is not UTF-8 or not JSON is answered with an error
+//! and the stream goes on. Messages go through the `openai` adapter (string tool
 //! arguments are parsed, as vLLM does) and the control-token check, then the template exactly
 //! as given: no validation repairs, no length rules.
 
@@ -8,14 +10,14 @@ use crate::adapt::{Adapter, OpenAiAdapter, Repairs};
 use crate::plan::config::{LengthPolicy, RenderPolicy};
 use crate::printer::Printer;
 use crate::process::{RowProcessor, Tokenized};
+use crate::read::{next_line, Line};
 use crate::reject::{Reject, RejectReason};
 use crate::render::Renderer;
 use crate::tokenize::Tokenizer;
 use crate::validate::Validator;
 use anyhow::{Context, Result};
-use rayon::prelude::*;
 use serde_json::{json, Value};
-use std::io::{BufRead, BufWriter, Write};
+use std::io::{BufWriter, Write};
 use std::path::Path;
 
 pub fn run(
@@ -26,32 +28,49 @@ pub fn run(
 ) -> Result<()> {
     let processor = processor(template, tokenizer, policy, kwargs)?;
     let adapter = Adapter::OpenAi(OpenAiAdapter::default());
-    let stdin = std::io::stdin().lock();
+    let mut stdin = std::io::stdin().lock();
     let mut out = BufWriter::new(std::io::stdout().lock());
-    let mut lines = stdin.lines();
-    loop {
-        let batch: Vec<String> = lines
-            .by_ref()
-            .take(256)
-            .collect::<Result<_, _>>()
-            .context("failed to read stdin")?;
-        if batch.is_empty() {
-            break;
-        }
-        let results: Vec<String> = batch
-            .par_iter()
-            .map(|line| {
-                let mut s = render_line(&processor, &adapter, line).to_string();
-                s.push('\n');
-                s
-            })
-            .collect();
-        for r in results {
-            Printer::data(&mut out, &r).context("failed to write stdout")?;
-        }
+    let limit = crate::read::DEFAULT_MAX_ROW_BYTES;
+    // One line in, one line out, flushed: a caller can converse with the process, and a bad
+    // line is answered (naming its number) without ending the stream.
+    let mut buf = Vec::new();
+    for number in 1u64.. {
+        buf.clear();
+        let answer = match next_line(&mut stdin, &mut buf, limit).context("failed to read stdin")? {
+            None => break,
+            Some(Line::TooLong(bytes)) => error(
+                number,
+                "too_large",
+                &format!("the line is {bytes} bytes, over the limit of {limit}"),
+            ),
+            Some(Line::Kept) => match std::str::from_utf8(buf.trim_ascii_end()) {
+                Err(e) => error(
+                    number,
+                    "invalid_utf8",
+                    &format!("the line is not valid UTF-8 (byte {})", e.valid_up_to() + 1),
+                ),
+                Ok("") => error(number, "blank_line", "the line is blank"),
+                Ok(line) => match render_line(&processor, &adapter, line) {
+                    Value::Object(mut answer) => {
+                        if let Some(Value::Object(e)) = answer.get_mut("error") {
+                            e.insert("line".into(), number.into());
+                        }
+                        Value::Object(answer)
+                    }
+                    other => other,
+                },
+            },
+        };
+        let mut text = answer.to_string();
+        text.push('\n');
+        Printer::data(&mut out, &text).context("failed to write stdout")?;
+        out.flush().context("failed to write stdout")?;
     }
-    out.flush().context("failed to write stdout")?;
     Ok(())
+}
+
+fn error(line: u64, code: &str, message: &str) -> Value {
+    json!({"error": {"code": code, "message": message, "line": line}})
 }
 
 pub fn processor(
@@ -89,7 +108,7 @@ pub fn processor(
 /// Renders one input line into its output JSON.
 pub fn render_line(processor: &RowProcessor, adapter: &Adapter, line: &str) -> Value {
     let result = serde_json::from_str::<Value>(line)
-        .map_err(|e| Reject::new(RejectReason::InvalidJson, e.to_string()))
+        .map_err(|e| Reject::new(RejectReason::InvalidJson, crate::read::one_line_error(&e)))
         .and_then(|value| {
             let conversation = adapter.adapt(&value, &mut Repairs::new())?;
             processor.validator.check_control_tokens(&conversation)?;

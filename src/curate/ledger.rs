@@ -24,6 +24,8 @@ use std::collections::BTreeMap;
 struct Candidate {
     file: u32,
     row: u64,
+    /// The row as shown to a user (its line number in a line format).
+    shown: u64,
     /// Selection key (`sel`) or, under `sample: first`, the position order.
     order: u64,
     /// Bytes of input: the estimate of its size before it is tokenized.
@@ -154,7 +156,10 @@ pub struct Settled {
 pub struct RowNote {
     pub source: usize,
     pub file: u32,
+    /// The record index (as in `sample_id`).
     pub row: u64,
+    /// The row as shown to a user: the 1-based line of a line format, else the record index.
+    pub shown: u64,
     pub reason: String,
     pub message: String,
     /// Extra fields (`duplicate_of`, `benchmark`, `item`).
@@ -247,8 +252,7 @@ impl Ledger {
     pub fn candidate(
         &mut self,
         source: usize,
-        file: u32,
-        row: u64,
+        (file, row, shown): (u32, u64, u64),
         file_name: &str,
         scanned: Scanned,
     ) -> Option<u32> {
@@ -273,6 +277,7 @@ impl Ledger {
         s.candidates.push(Candidate {
             file,
             row,
+            shown,
             order,
             weight: scanned.weight,
         });
@@ -355,6 +360,7 @@ impl Ledger {
                     source,
                     file: c.file,
                     row: c.row,
+                    shown: c.shown,
                     reason: reason.to_owned(),
                     message: String::new(),
                     extra,
@@ -580,6 +586,7 @@ impl Ledger {
                             source: i,
                             file: c.file,
                             row: c.row,
+                            shown: c.shown,
                             reason: r.reason.code().to_owned(),
                             message: r.message.clone(),
                             extra: Vec::new(),
@@ -591,6 +598,7 @@ impl Ledger {
                             source: i,
                             file: c.file,
                             row: c.row,
+                            shown: c.shown,
                             reason: filter.clone(),
                             message: detail.clone(),
                             extra: Vec::new(),

@@ -23,8 +23,8 @@ pub struct PipelineConfig {
     pub template: TemplateConfig,
     #[serde(default)]
     pub render: RenderConfig,
-    /// Longest row kept, in tokens.
-    #[serde(default = "default_max_tokens")]
+    /// Longest row kept, in tokens (at least 1).
+    #[serde(default = "default_max_tokens", deserialize_with = "at_least_one")]
     pub max_tokens: usize,
     /// What to do with longer rows.
     #[serde(default)]
@@ -32,6 +32,13 @@ pub struct PipelineConfig {
     /// Fewest supervised (loss-masked) tokens a row must have.
     #[serde(default = "default_min_supervised_tokens")]
     pub min_supervised_tokens: usize,
+    /// Largest input record accepted, in bytes (a JSON line, an array element, a Parquet row
+    /// as JSON); larger ones are rejected as `too_large` (a JSON line without being held).
+    #[serde(
+        default = "default_max_row_bytes",
+        deserialize_with = "at_least_one_u64"
+    )]
+    pub max_row_bytes: u64,
     /// Exact dedup across all sources: `true` (the whole conversation, the default), `false`,
     /// or `{key: conversation | prompt}`. The copy at the smallest position survives.
     #[serde(default)]
@@ -251,12 +258,20 @@ impl<'de> Deserialize<'de> for Take {
                 f.write_str("a row count or `all`")
             }
             fn visit_u64<E: de::Error>(self, v: u64) -> Result<Take, E> {
-                Ok(Take::Rows(v))
+                match v {
+                    // A source that may keep nothing is a mistake: leave it out instead.
+                    0 => Err(E::invalid_value(
+                        de::Unexpected::Unsigned(v),
+                        &"a row count of at least 1, or `all`",
+                    )),
+                    _ => Ok(Take::Rows(v)),
+                }
             }
             fn visit_i64<E: de::Error>(self, v: i64) -> Result<Take, E> {
-                u64::try_from(v)
-                    .map(Take::Rows)
-                    .map_err(|_| E::invalid_value(de::Unexpected::Signed(v), &self))
+                match u64::try_from(v) {
+                    Ok(v) => self.visit_u64(v),
+                    Err(_) => Err(E::invalid_value(de::Unexpected::Signed(v), &self)),
+                }
             }
             fn visit_str<E: de::Error>(self, v: &str) -> Result<Take, E> {
                 match v {
@@ -274,16 +289,49 @@ impl<'de> Deserialize<'de> for Take {
 pub struct OutputConfig {
     /// Output directory, relative to the pipeline file.
     pub dir: PathBuf,
-    /// Rows per Arrow shard.
-    #[serde(default = "default_rows_per_shard")]
+    /// Rows per Arrow shard (at least 1).
+    #[serde(default = "default_rows_per_shard", deserialize_with = "at_least_one")]
     pub rows_per_shard: usize,
     /// Shuffle rows with `seed` (training takes the first 90% as train).
     #[serde(default = "default_true")]
     pub shuffle: bool,
 }
 
+/// A count that must be at least 1, checked inside the parse (a visitor) so that the error
+/// has the value's own YAML position.
+fn at_least_one<'de, D: Deserializer<'de>>(d: D) -> Result<usize, D::Error> {
+    struct AtLeastOne;
+    impl Visitor<'_> for AtLeastOne {
+        type Value = usize;
+        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+            f.write_str("a whole number of at least 1")
+        }
+        fn visit_u64<E: de::Error>(self, v: u64) -> Result<usize, E> {
+            match usize::try_from(v) {
+                Ok(n) if n >= 1 => Ok(n),
+                _ => Err(E::invalid_value(de::Unexpected::Unsigned(v), &self)),
+            }
+        }
+        fn visit_i64<E: de::Error>(self, v: i64) -> Result<usize, E> {
+            match u64::try_from(v) {
+                Ok(v) => self.visit_u64(v),
+                Err(_) => Err(E::invalid_value(de::Unexpected::Signed(v), &self)),
+            }
+        }
+    }
+    d.deserialize_u64(AtLeastOne)
+}
+
+/// [`at_least_one`] for byte counts.
+fn at_least_one_u64<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
+    at_least_one(d).map(|n| n as u64)
+}
+
 fn default_verify_percent() -> f64 {
     1.0
+}
+fn default_max_row_bytes() -> u64 {
+    crate::read::DEFAULT_MAX_ROW_BYTES
 }
 fn default_max_tokens() -> usize {
     8192

@@ -4,6 +4,7 @@
 
 pub mod config;
 mod inputs;
+pub mod paths;
 
 pub use inputs::{local_files, template_kwargs, HubAccess, InputFile, UsedLock};
 
@@ -44,6 +45,8 @@ pub struct Plan {
     pub near_dup: Option<crate::curate::near_dup::NearDupConfig>,
     pub decontaminate: Option<DecontamPlan>,
     pub mix: Option<crate::curate::select::MixConfig>,
+    /// How input files are read (`max_row_bytes`).
+    pub read_options: crate::read::ReadOptions,
     pub sources: Vec<SourcePlan>,
     pub output_dir: PathBuf,
     pub rows_per_shard: usize,
@@ -96,8 +99,8 @@ pub struct DecontamPlan {
 pub enum PlanError {
     #[error("failed to read pipeline `{}`", .0.display())]
     Read(PathBuf, #[source] std::io::Error),
-    #[error("{}", format_yaml_error(.0, .1))]
-    Yaml(PathBuf, serde_yaml_ng::Error),
+    #[error("{}", format_yaml_error(.0, .1, .2))]
+    Yaml(PathBuf, Vec<u8>, serde_yaml_ng::Error),
     #[error("{}", hub_message(.0))]
     Hub(#[from] crate::hub::HubError),
     #[error("invalid pipeline `{}`:\n{}", .0.display(), .1.iter().map(|e| format!("  - {e}")).collect::<Vec<_>>().join("\n"))]
@@ -111,26 +114,69 @@ fn hub_message(e: &crate::hub::HubError) -> String {
     }
 }
 
-fn format_yaml_error(path: &Path, e: &serde_yaml_ng::Error) -> String {
+fn format_yaml_error(path: &Path, source: &[u8], e: &serde_yaml_ng::Error) -> String {
     match e.location() {
         Some(l) => {
+            let (line, column) =
+                duplicate_key_position(source, &e.to_string(), l.line(), l.column())
+                    .unwrap_or((l.line(), l.column()));
             // serde_yaml_ng appends " at line L column C"; we print the location up front.
             let text = e.to_string();
             let text = text
                 .rsplit_once(" at line ")
                 .map_or(text.as_str(), |(head, _)| head)
                 .to_owned();
-            format!("{}:{}:{}: {text}", path.display(), l.line(), l.column())
+            format!("{}:{line}:{column}: {text}", path.display())
         }
         None => format!("{}: {e}", path.display()),
     }
 }
 
+/// serde reports a duplicate key at the start of its mapping (`line`, `column`): the position
+/// of the key's second occurrence among that mapping's keys instead, found in the text.
+fn duplicate_key_position(
+    source: &[u8],
+    message: &str,
+    line: usize,
+    column: usize,
+) -> Option<(usize, usize)> {
+    // "duplicate field `seed`", after a path such as "sources[0]: ".
+    let (_, after) = message.split_once("duplicate field `")?;
+    let key = after.split_once('`')?.0;
+    let text = std::str::from_utf8(source).ok()?;
+    let indent = column.checked_sub(1)?;
+    let mut seen = 0;
+    for (i, l) in text.lines().enumerate().skip(line.checked_sub(1)?) {
+        let (head, rest) = (l.get(..indent)?, l.get(indent..)?);
+        let first = i + 1 == line;
+        // The mapping's keys sit at its column; `- ` may precede the first (a list item).
+        let content = !l.trim().is_empty() && !l.trim_start().starts_with('#');
+        if !first && content && !head.bytes().all(|b| b == b' ') {
+            break;
+        }
+        if head.bytes().all(|b| b == b' ' || b == b'-')
+            && [
+                format!("{key}:"),
+                format!("\"{key}\":"),
+                format!("'{key}':"),
+            ]
+            .iter()
+            .any(|k| rest.starts_with(k.as_str()))
+        {
+            seen += 1;
+            if seen == 2 {
+                return Some((i + 1, column));
+            }
+        }
+    }
+    None
+}
+
 /// Reads and parses a pipeline file (no file-system checks beyond reading it).
 pub fn parse(path: &Path) -> Result<(PipelineConfig, Vec<u8>), PlanError> {
     let bytes = std::fs::read(path).map_err(|e| PlanError::Read(path.to_owned(), e))?;
-    let config =
-        serde_yaml_ng::from_slice(&bytes).map_err(|e| PlanError::Yaml(path.to_owned(), e))?;
+    let config = serde_yaml_ng::from_slice(&bytes)
+        .map_err(|e| PlanError::Yaml(path.to_owned(), bytes.clone(), e))?;
     Ok((config, bytes))
 }
 
@@ -142,7 +188,7 @@ pub fn compile(path: &Path, access: HubAccess) -> Result<Plan, PlanError> {
     let inputs = inputs::resolve(path, &config, access, &mut errors)?;
 
     let template_path = inputs.template.clone().unwrap_or_default();
-    let template = match inputs.template.as_ref().map(std::fs::read) {
+    let template = match inputs.template.as_ref().map(|p| read_input("template", p)) {
         None => None,
         Some(Ok(t)) => {
             let sha256 = sha256_hex(&t);
@@ -173,17 +219,21 @@ pub fn compile(path: &Path, access: HubAccess) -> Result<Plan, PlanError> {
             }
         }
         Some(Err(e)) => {
-            errors.push(format!("template `{}`: {e}", template_path.display()));
+            errors.push(e);
             None
         }
     };
 
     let tokenizer_path = inputs.tokenizer.clone().unwrap_or_default();
-    let tokenizer_sha256 = match inputs.tokenizer.as_ref().map(std::fs::read) {
+    let tokenizer_sha256 = match inputs
+        .tokenizer
+        .as_ref()
+        .map(|p| read_input("tokenizer", p))
+    {
         None => String::new(),
         Some(Ok(t)) => sha256_hex(&t),
         Some(Err(e)) => {
-            errors.push(format!("tokenizer `{}`: {e}", tokenizer_path.display()));
+            errors.push(e);
             String::new()
         }
     };
@@ -193,12 +243,6 @@ pub fn compile(path: &Path, access: HubAccess) -> Result<Plan, PlanError> {
     }
     if !(0.0..=100.0).contains(&config.template.verify_percent) {
         errors.push("`template.verify_percent` must be between 0 and 100".into());
-    }
-    if config.max_tokens == 0 {
-        errors.push("`max_tokens` must be at least 1".into());
-    }
-    if config.output.rows_per_shard == 0 {
-        errors.push("`output.rows_per_shard` must be at least 1".into());
     }
     if config.sources.is_empty() {
         errors.push("`sources` is empty: name at least one source".into());
@@ -294,6 +338,9 @@ pub fn compile(path: &Path, access: HubAccess) -> Result<Plan, PlanError> {
                 config,
             }),
             mix: config.mix,
+            read_options: crate::read::ReadOptions {
+                max_row_bytes: config.max_row_bytes,
+            },
             sources,
             output_dir: base.join(&config.output.dir),
             rows_per_shard: config.output.rows_per_shard,
@@ -306,6 +353,13 @@ pub fn compile(path: &Path, access: HubAccess) -> Result<Plan, PlanError> {
     }
 }
 
+/// Reads an input file, or says what the path is instead (a directory, a FIFO, which would
+/// block, missing...).
+fn read_input(what: &str, path: &Path) -> Result<Vec<u8>, String> {
+    paths::require_file(path).map_err(|why| format!("{what} {why}"))?;
+    std::fs::read(path).map_err(|e| format!("{what} `{}`: {e}", path.display()))
+}
+
 fn compile_source(
     files: &[InputFile],
     source: &SourceConfig,
@@ -316,8 +370,8 @@ fn compile_source(
         .map_err(|e| errors.push(format!("filters: {e}")))
         .ok();
     for f in files {
-        if !f.local.is_file() {
-            errors.push(format!("input file `{}` does not exist", f.local.display()));
+        if let Err(e) = paths::require_file(&f.local) {
+            errors.push(format!("input file {e}"));
         }
     }
     let options = FormatOptions {

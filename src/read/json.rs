@@ -1,19 +1,34 @@
-//! JSON lines and JSON arrays. Hub datasets name both `.json`, so the first non-space byte
-//! decides: `[` is an array (streamed element by element), anything else is JSON lines.
+//! JSON lines and JSON arrays. A `.jsonl` file is always lines; for `.json` (Hub datasets name
+//! both `.json`) the first non-space byte decides: `[` is an array (streamed element by
+//! element), anything else is JSON lines. A UTF-8 byte order mark at the start is skipped.
 
-use super::{ReadError, Record};
+use super::{one_line_error, ReadError, ReadOptions, Record};
 use serde::de::{Deserializer, SeqAccess, Visitor};
-use serde_json::Value;
+use serde_json::value::RawValue;
 use std::fmt;
 use std::fs::File;
 use std::io::{BufRead, BufReader};
 use std::path::Path;
 
-type Sink<'a> = dyn FnMut(u64, Record) -> bool + 'a;
+/// Receives (record index, line number for line formats, record); `false` stops the read.
+type Sink<'a> = dyn FnMut(u64, Option<u64>, Record) -> bool + 'a;
 
-pub fn read(path: &Path, sink: &mut Sink) -> Result<bool, ReadError> {
+const BOM: &[u8] = b"\xEF\xBB\xBF";
+
+pub fn read(
+    path: &Path,
+    lines: bool,
+    options: &ReadOptions,
+    sink: &mut Sink,
+) -> Result<bool, ReadError> {
     let io = |e| ReadError::Io(path.to_owned(), e);
     let mut reader = BufReader::with_capacity(1 << 20, File::open(path).map_err(io)?);
+    if reader.fill_buf().map_err(io)?.starts_with(BOM) {
+        reader.consume(BOM.len());
+    }
+    if lines {
+        return read_lines(path, reader, options, sink);
+    }
     let first = loop {
         let buf = reader.fill_buf().map_err(io)?;
         match buf.iter().position(|b| !b.is_ascii_whitespace()) {
@@ -27,45 +42,131 @@ pub fn read(path: &Path, sink: &mut Sink) -> Result<bool, ReadError> {
     };
     match first {
         None => Ok(true),
-        Some(b'[') => read_array(path, reader, sink),
-        Some(_) => read_lines(path, reader, sink),
+        Some(b'[') => read_array(path, reader, options, sink),
+        Some(_) => read_lines(path, reader, options, sink),
     }
+}
+
+/// One line read by [`next_line`].
+pub enum Line {
+    /// In the buffer, newline included.
+    Kept,
+    /// Longer than the limit: skipped, this many bytes without the newline.
+    TooLong(u64),
+}
+
+/// Reads the next line into `buf` (newline included), or skips it, counting its bytes, once it
+/// is longer than `limit`: a huge line is never held. `None` at the end of the file.
+pub fn next_line(
+    reader: &mut impl BufRead,
+    buf: &mut Vec<u8>,
+    limit: u64,
+) -> std::io::Result<Option<Line>> {
+    let mut total = 0u64;
+    let mut over = false;
+    let mut newline = 0u64;
+    loop {
+        let available = match reader.fill_buf() {
+            Ok(b) => b,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        if available.is_empty() {
+            break;
+        }
+        let (chunk, done) = match memchr::memchr(b'\n', available) {
+            Some(i) => (&available[..=i], true),
+            None => (available, false),
+        };
+        total += chunk.len() as u64;
+        if !over {
+            buf.extend_from_slice(chunk);
+            // Room for the newline (and a carriage return) beyond the limit.
+            if buf.len() as u64 > limit.saturating_add(2) {
+                over = true;
+                *buf = Vec::new();
+            }
+        }
+        if done {
+            newline = if over {
+                1 + u64::from(chunk.len() >= 2 && chunk[chunk.len() - 2] == b'\r')
+            } else {
+                (buf.len() - buf.trim_ascii_end().len()) as u64
+            };
+        }
+        let n = chunk.len();
+        reader.consume(n);
+        if done {
+            break;
+        }
+    }
+    if total == 0 {
+        return Ok(None);
+    }
+    let content = total - newline.min(total);
+    if over || (content > limit && !buf.trim_ascii().is_empty()) {
+        buf.clear();
+        return Ok(Some(Line::TooLong(content)));
+    }
+    Ok(Some(Line::Kept))
 }
 
 fn read_lines(
     path: &Path,
     mut reader: BufReader<File>,
+    options: &ReadOptions,
     sink: &mut Sink,
 ) -> Result<bool, ReadError> {
     let mut row = 0u64;
+    let mut number = 0u64;
     // Each line is handed on, so each gets its own buffer, sized like the last to avoid regrowth
     // (capped, so that one huge line does not make every later buffer huge).
     let mut capacity = 1024;
     loop {
         let mut line = Vec::with_capacity(capacity);
-        let n = reader
-            .read_until(b'\n', &mut line)
+        let read = next_line(&mut reader, &mut line, options.max_row_bytes)
             .map_err(|e| ReadError::Io(path.to_owned(), e))?;
-        if n == 0 {
-            return Ok(true);
-        }
-        if line.iter().all(u8::is_ascii_whitespace) {
-            continue;
-        }
-        capacity = line.len().next_power_of_two().min(1 << 20);
-        if !sink(row, Record::Line(line)) {
+        number += 1;
+        let record = match read {
+            None => return Ok(true),
+            Some(Line::TooLong(bytes)) => Record::TooLarge {
+                bytes,
+                limit: options.max_row_bytes,
+            },
+            // Blank lines are counted, but they are not records: the record index (part of
+            // `sample_id`) of the rows after them does not move.
+            Some(Line::Kept) if line.iter().all(u8::is_ascii_whitespace) => {
+                if !sink(row, Some(number), Record::Blank) {
+                    return Ok(false);
+                }
+                continue;
+            }
+            Some(Line::Kept) => {
+                capacity = line.len().next_power_of_two().min(1 << 20);
+                Record::Line(line)
+            }
+        };
+        if !sink(row, Some(number), record) {
             return Ok(false);
         }
         row += 1;
     }
 }
 
-/// Streams the elements of a top-level array without holding the array.
-fn read_array(path: &Path, reader: BufReader<File>, sink: &mut Sink) -> Result<bool, ReadError> {
+/// Streams the elements of a top-level array without holding the array. Each element is first
+/// read as raw text (which has no nesting limit) and then parsed on its own, so that an element
+/// nested too deep is one bad row, not the end of the file.
+fn read_array(
+    path: &Path,
+    reader: BufReader<File>,
+    options: &ReadOptions,
+    sink: &mut Sink,
+) -> Result<bool, ReadError> {
     struct Elements<'a, 'b> {
         sink: &'a mut Sink<'b>,
         row: &'a mut u64,
         stopped: &'a mut bool,
+        limit: u64,
     }
     impl<'de> Visitor<'de> for Elements<'_, '_> {
         type Value = ();
@@ -73,8 +174,25 @@ fn read_array(path: &Path, reader: BufReader<File>, sink: &mut Sink) -> Result<b
             f.write_str("a JSON array of records")
         }
         fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
-            while let Some(value) = seq.next_element::<Value>()? {
-                if !(self.sink)(*self.row, Record::Parsed(value)) {
+            while let Some(raw) = seq.next_element::<Box<RawValue>>()? {
+                let text = raw.get();
+                let record = if text.len() as u64 > self.limit {
+                    Record::TooLarge {
+                        bytes: text.len() as u64,
+                        limit: self.limit,
+                    }
+                } else {
+                    match serde_json::from_str(text) {
+                        Ok(value) => Record::Parsed(value),
+                        Err(e) => Record::Invalid(format!(
+                            "array element {}: {}",
+                            *self.row,
+                            one_line_error(&e)
+                        )),
+                    }
+                };
+                drop(raw);
+                if !(self.sink)(*self.row, None, record) {
                     *self.stopped = true;
                     // Stop reading; the error this causes at the caller is expected.
                     return Err(serde::de::Error::custom("stopped"));
@@ -91,6 +209,7 @@ fn read_array(path: &Path, reader: BufReader<File>, sink: &mut Sink) -> Result<b
         sink,
         row: &mut row,
         stopped: &mut stopped,
+        limit: options.max_row_bytes,
     });
     if stopped {
         return Ok(false);
@@ -107,41 +226,126 @@ fn read_array(path: &Path, reader: BufReader<File>, sink: &mut Sink) -> Result<b
 
 #[cfg(test)]
 mod tests {
+    use super::super::{read_files_with, RawRow};
     use super::*;
+    use crate::reject::Skip;
+    use serde_json::{json, Value};
 
-    /// Each record of `content` (written to a file) as `into_value` gives it.
-    fn records(name: &str, content: &str) -> Vec<Result<Value, String>> {
+    /// Each record of `content` (written to a file) as read: (row, line, value or skip).
+    fn records_with(
+        name: &str,
+        content: &[u8],
+        max_row_bytes: u64,
+    ) -> Vec<(u64, Option<u64>, Result<Value, Skip>)> {
         let dir = tempfile::tempdir().expect("temp dir");
         let path = dir.path().join(name);
         std::fs::write(&path, content).expect("write");
         let mut out = Vec::new();
-        super::super::read_files(&[path], &mut |raw| {
-            assert_eq!(raw.row, out.len() as u64);
-            out.push(raw.into_value());
-            true
-        })
+        read_files_with(
+            &[path],
+            &ReadOptions { max_row_bytes },
+            &mut |raw: RawRow| {
+                out.push((raw.row, raw.line, raw.into_value()));
+                true
+            },
+        )
         .expect("readable");
         out
+    }
+
+    fn records(name: &str, content: &str) -> Vec<(u64, Option<u64>, Result<Value, Skip>)> {
+        records_with(name, content.as_bytes(), 1 << 20)
+    }
+
+    fn reason(r: &Result<Value, Skip>) -> String {
+        match r {
+            Ok(_) => "kept".into(),
+            Err(Skip::Rejected(r)) => format!("{}: {}", r.reason, r.message),
+            Err(Skip::Filtered(f)) => f.code().into(),
+        }
     }
 
     #[test]
     fn json_lines_are_parsed_per_row_and_a_bad_line_fails_only_its_row() {
         let got = records("a.jsonl", "{\"a\": 1}\n\n{\"a\": \n  \n[2]\n");
-        assert_eq!(got.len(), 3);
-        assert_eq!(got[0], Ok(serde_json::json!({"a": 1})));
+        let rows: Vec<(u64, Option<u64>, String)> =
+            got.iter().map(|(r, l, v)| (*r, *l, reason(v))).collect();
         assert_eq!(
-            got[1],
-            Err("EOF while parsing a value at line 2 column 0".to_owned())
+            rows,
+            [
+                (0, Some(1), "kept".to_owned()),
+                (1, Some(2), "blank_line".to_owned()),
+                (
+                    1,
+                    Some(3),
+                    "invalid_json: EOF while parsing a value at column 5".to_owned()
+                ),
+                (2, Some(4), "blank_line".to_owned()),
+                (2, Some(5), "kept".to_owned()),
+            ]
         );
-        assert_eq!(got[2], Ok(serde_json::json!([2])));
+        assert_eq!(got[0].2, Ok(json!({"a": 1})));
+        assert_eq!(got[4].2, Ok(json!([2])));
     }
 
     #[test]
-    fn array_elements_arrive_parsed() {
-        let got = records("a.json", " [{\"a\": 1}, 2]");
-        assert_eq!(
-            got,
-            [Ok(serde_json::json!({"a": 1})), Ok(serde_json::json!(2))]
+    fn a_jsonl_file_starting_with_an_array_line_is_read_as_lines() {
+        let got = records("a.jsonl", "[1, 2\n{\"a\": 1}\n");
+        assert_eq!(got.len(), 2);
+        assert!(
+            reason(&got[0].2).starts_with("invalid_json: "),
+            "{:?}",
+            got[0]
         );
+        assert_eq!(got[1].2, Ok(json!({"a": 1})));
+        // A `.json` file starting with `[` is an array.
+        let got = records("a.json", " [{\"a\": 1}, 2]");
+        assert_eq!(got.len(), 2);
+        assert_eq!((got[1].0, got[1].1), (1, None));
+    }
+
+    #[test]
+    fn a_byte_order_mark_is_skipped() {
+        for name in ["a.jsonl", "a.json"] {
+            let got = records_with(name, b"\xEF\xBB\xBF{\"a\": 1}\n", 1 << 20);
+            assert_eq!(got.len(), 1);
+            assert_eq!(got[0].2, Ok(json!({"a": 1})), "{name}");
+        }
+    }
+
+    #[test]
+    fn an_element_nested_too_deep_is_one_bad_row_and_the_array_goes_on() {
+        let deep = format!("{}{}", "[".repeat(200), "]".repeat(200));
+        let got = records("a.json", &format!("[{{\"a\": 1}}, {deep}, {{\"b\": 2}}]"));
+        assert_eq!(got.len(), 3);
+        assert!(
+            reason(&got[1].2)
+                .starts_with("invalid_json: array element 1: recursion limit exceeded"),
+            "{}",
+            reason(&got[1].2)
+        );
+        assert_eq!(got[2].2, Ok(json!({"b": 2})));
+    }
+
+    #[test]
+    fn records_over_the_size_limit_are_too_large_and_the_read_goes_on() {
+        let long = format!("{{\"a\": \"{}\"}}", "x".repeat(100));
+        let content = format!("{long}\r\n{{\"b\": 1}}\n{long}");
+        let got = records_with("a.jsonl", content.as_bytes(), 50);
+        let rows: Vec<String> = got.iter().map(|(_, _, v)| reason(v)).collect();
+        let too_large = format!(
+            "too_large: the record is {} bytes, over the limit of 50 (`max_row_bytes`)",
+            long.len()
+        );
+        assert_eq!(
+            rows,
+            [too_large.clone(), "kept".to_owned(), too_large.clone()]
+        );
+        // Exactly at the limit is kept.
+        let got = records_with("a.jsonl", format!("{long}\n").as_bytes(), long.len() as u64);
+        assert_eq!(reason(&got[0].2), "kept");
+        let got = records_with("a.json", format!("[{long}, 1]").as_bytes(), 50);
+        assert_eq!(reason(&got[0].2), too_large);
+        assert_eq!(got[1].2, Ok(json!(1)));
     }
 }

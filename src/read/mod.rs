@@ -3,12 +3,17 @@
 //! JSONL is read line by line, a JSON array element by element, Parquet by row group. JSON lines
 //! are parsed by whoever processes the row ([`RawRow::into_value`], on the pipeline's worker
 //! threads), not by the reader; a line that does not parse is an error for that row only, so
-//! the row is rejected and counted. A file that cannot be read at all stops the run with its
-//! path.
+//! the row is rejected and counted. So is an array element nested too deep to parse, a record
+//! over [`ReadOptions::max_row_bytes`] (`too_large`; a JSON line over it is skipped, never held
+//! whole) and a blank line (filtered `blank_line`, so that `read` counts every line). A file
+//! that cannot be read at all, or an array that breaks off, stops the run with its path.
 
 mod json;
 mod parquet;
 
+pub use json::{next_line, Line};
+
+use crate::reject::{FilterReason, Reject, RejectReason, Skip};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 
@@ -17,8 +22,11 @@ use std::path::{Path, PathBuf};
 pub struct RawRow {
     /// Index of the file in the source's `files`.
     pub file: usize,
-    /// 0-based record index within that file.
+    /// 0-based record index within that file (blank lines are not records: they do not move
+    /// it). Part of `sample_id`, so stable.
     pub row: u64,
+    /// For line formats, the 1-based line number, as editors show it.
+    pub line: Option<u64>,
     pub record: Record,
 }
 
@@ -30,12 +38,47 @@ pub enum Record {
     /// done on the thread that adapts the row it runs in parallel and stays in that thread's
     /// cache.
     Line(Vec<u8>),
+    /// An empty or whitespace-only line.
+    Blank,
+    /// A record over `max_row_bytes`, of this many bytes (newline excluded), not kept.
+    TooLarge {
+        bytes: u64,
+        limit: u64,
+    },
+    /// A record that cannot be parsed on its own (an array element nested too deep), why.
+    Invalid(String),
 }
 
 impl RawRow {
-    /// The record as JSON, or why its line is not valid JSON.
-    pub fn into_value(self) -> Result<Value, String> {
+    /// The record as JSON, or why the row is skipped.
+    pub fn into_value(self) -> Result<Value, Skip> {
         self.record.into_value()
+    }
+
+    /// The row number to show a user: the line number for line formats, else the record index.
+    pub fn shown_row(&self) -> u64 {
+        self.line.unwrap_or(self.row)
+    }
+}
+
+/// Reader settings (from the pipeline).
+#[derive(Debug, Clone, Copy)]
+pub struct ReadOptions {
+    /// Largest record accepted, in bytes of its JSON text (a JSON line without its newline; a
+    /// Parquet row as its JSON).
+    pub max_row_bytes: u64,
+}
+
+/// 64 MiB: far above any real chat row (the longest agentic trajectories in the shipped mix
+/// are a few MB), small enough that a handful of worker threads holding one each stay well
+/// inside a small machine's memory.
+pub const DEFAULT_MAX_ROW_BYTES: u64 = 64 << 20;
+
+impl Default for ReadOptions {
+    fn default() -> Self {
+        ReadOptions {
+            max_row_bytes: DEFAULT_MAX_ROW_BYTES,
+        }
     }
 }
 
@@ -59,15 +102,34 @@ impl Record {
         match self {
             Record::Parsed(v) => value(v),
             Record::Line(line) => line.len(),
+            Record::Blank | Record::TooLarge { .. } | Record::Invalid(_) => 16,
         }
     }
 
-    /// The record as JSON, or why its line is not valid JSON.
-    pub fn into_value(self) -> Result<Value, String> {
+    /// The record as JSON, or why the row is skipped: its line is not valid JSON
+    /// (`invalid_json`), it is too large (`too_large`) or a blank line (filtered).
+    pub fn into_value(self) -> Result<Value, Skip> {
+        let invalid = |message: String| Skip::from(Reject::new(RejectReason::InvalidJson, message));
         match self {
             Record::Parsed(value) => Ok(value),
-            Record::Line(line) => serde_json::from_slice(&line).map_err(|e| e.to_string()),
+            Record::Line(line) => serde_json::from_slice(line.trim_ascii_end())
+                .map_err(|e| invalid(one_line_error(&e))),
+            Record::Blank => Err(Skip::Filtered(FilterReason::BlankLine)),
+            Record::TooLarge { bytes, limit } => Err(Skip::from(Reject::new(
+                RejectReason::TooLarge,
+                format!("the record is {bytes} bytes, over the limit of {limit} (`max_row_bytes`)"),
+            ))),
+            Record::Invalid(message) => Err(invalid(message)),
         }
+    }
+}
+
+/// A JSON error in a one-line record, placed by column only (serde_json says "line 1").
+pub fn one_line_error(e: &serde_json::Error) -> String {
+    let text = e.to_string();
+    match text.rsplit_once(" at line ") {
+        Some((head, _)) if e.line() == 1 => format!("{head} at column {}", e.column()),
+        _ => text,
     }
 }
 
@@ -87,22 +149,34 @@ pub enum ReadError {
     UnknownType(PathBuf),
 }
 
-/// Streams every record of `files` in order into `sink`, which returns `false` to stop early.
+/// Streams every record of `files` in order into `sink`, which returns `false` to stop early,
+/// with the default [`ReadOptions`].
 pub fn read_files(
     files: &[PathBuf],
     sink: &mut dyn FnMut(RawRow) -> bool,
 ) -> Result<(), ReadError> {
+    read_files_with(files, &ReadOptions::default(), sink)
+}
+
+/// [`read_files`] with explicit options.
+pub fn read_files_with(
+    files: &[PathBuf],
+    options: &ReadOptions,
+    sink: &mut dyn FnMut(RawRow) -> bool,
+) -> Result<(), ReadError> {
     for (index, path) in files.iter().enumerate() {
-        let mut file_sink = |row: u64, record: Record| {
+        let mut file_sink = |row: u64, line: Option<u64>, record: Record| {
             sink(RawRow {
                 file: index,
                 row,
+                line,
                 record,
             })
         };
         let go_on = match file_type(path)? {
-            FileType::Json => json::read(path, &mut file_sink)?,
-            FileType::Parquet => parquet::read(path, &mut file_sink)?,
+            FileType::Json => json::read(path, false, options, &mut file_sink)?,
+            FileType::JsonLines => json::read(path, true, options, &mut file_sink)?,
+            FileType::Parquet => parquet::read(path, options, &mut file_sink)?,
         };
         if !go_on {
             break;
@@ -112,8 +186,10 @@ pub fn read_files(
 }
 
 enum FileType {
-    /// `.json` or `.jsonl`; the content decides between an array and JSON lines.
+    /// `.json`: the content decides between an array and JSON lines (Hub datasets use both).
     Json,
+    /// `.jsonl`, `.ndjson`: always lines, even if the first line is an array.
+    JsonLines,
     Parquet,
 }
 
@@ -122,7 +198,9 @@ fn file_type(path: &Path) -> Result<FileType, ReadError> {
         .file_name()
         .map(|n| n.to_string_lossy().to_ascii_lowercase())
         .unwrap_or_default();
-    if name.ends_with(".jsonl") || name.ends_with(".json") || name.ends_with(".ndjson") {
+    if name.ends_with(".jsonl") || name.ends_with(".ndjson") {
+        Ok(FileType::JsonLines)
+    } else if name.ends_with(".json") {
         Ok(FileType::Json)
     } else if name.ends_with(".parquet") {
         Ok(FileType::Parquet)

@@ -1,6 +1,6 @@
 //! Parquet files, read in record batches (bounded memory), each row turned into a JSON object.
 
-use super::{ReadError, Record};
+use super::{ReadError, ReadOptions, Record};
 use arrow_array::cast::AsArray;
 use arrow_array::types::*;
 use arrow_array::{Array, RecordBatch};
@@ -10,9 +10,9 @@ use serde_json::{Map, Number, Value};
 use std::fs::File;
 use std::path::Path;
 
-type Sink<'a> = dyn FnMut(u64, Record) -> bool + 'a;
+type Sink<'a> = dyn FnMut(u64, Option<u64>, Record) -> bool + 'a;
 
-pub fn read(path: &Path, sink: &mut Sink) -> Result<bool, ReadError> {
+pub fn read(path: &Path, options: &ReadOptions, sink: &mut Sink) -> Result<bool, ReadError> {
     let err = |message: String| ReadError::Parquet {
         path: path.to_owned(),
         message,
@@ -27,7 +27,16 @@ pub fn read(path: &Path, sink: &mut Sink) -> Result<bool, ReadError> {
     for batch in reader {
         let batch = batch.map_err(|e| err(e.to_string()))?;
         for i in 0..batch.num_rows() {
-            if !sink(row, Record::Parsed(Value::Object(row_object(&batch, i)))) {
+            // A row group is in memory already: an oversize row is refused after reading.
+            let mut record = Record::Parsed(Value::Object(row_object(&batch, i)));
+            let bytes = record.weight() as u64;
+            if bytes > options.max_row_bytes {
+                record = Record::TooLarge {
+                    bytes,
+                    limit: options.max_row_bytes,
+                };
+            }
+            if !sink(row, None, record) {
                 return Ok(false);
             }
             row += 1;

@@ -8,6 +8,7 @@ mod dataset;
 mod direct;
 pub mod identity;
 pub mod manifest;
+pub mod output;
 mod shard;
 mod spill;
 
