@@ -370,3 +370,106 @@ fn config_checks() {
     assert_eq!(hub.check(), Ok(()));
     assert_eq!(hub.ngram, 13);
 }
+
+/// Cost figures, not a timed test: `cargo test --test decontaminate cost -- --ignored
+/// --nocapture` (meaningful only with the crate optimized).
+#[cfg(target_os = "linux")]
+#[test]
+#[ignore]
+fn cost() {
+    use chatshards::curate::filters::{FilterConfig, Filters};
+    let index = DecontamIndex::build(&config(BENCHMARKS), &[humaneval(), mbpp()]);
+    let chars = DecontamIndex::build(
+        &config(&format!("mode: chars\n{BENCHMARKS}")),
+        &[humaneval(), mbpp()],
+    );
+    // 2,000 clean rows of about 3 KB of English and code.
+    let paragraph = "The function reads the input file line by line, parses each record and \
+        keeps a running total of the values it has seen so far. ";
+    let code = "for (i, line) in reader.lines().enumerate() { total += parse(&line?)?; }\n";
+    let rows: Vec<Conversation> = (0..2000)
+        .map(|i| {
+            chat(
+                &format!("Question {i}: {}", paragraph.repeat(4)),
+                &format!("{}{}", paragraph.repeat(10), code.repeat(8)),
+            )
+        })
+        .collect();
+    let bytes: usize = rows
+        .iter()
+        .map(|c| c.messages.iter().map(|m| m.content.len()).sum::<usize>())
+        .sum();
+    let per_kb = |ns: u64| ns as f64 / (bytes as f64 / 1024.0);
+    let start = thread_cpu_ns();
+    assert!(rows.iter().all(|r| index.check(r).is_none()));
+    println!(
+        "decontaminate (13 words): {:.0} ns per KB of text",
+        per_kb(thread_cpu_ns() - start)
+    );
+    let start = thread_cpu_ns();
+    assert!(rows.iter().all(|r| chars.check(r).is_none()));
+    println!(
+        "decontaminate (50 chars): {:.0} ns per KB of text",
+        per_kb(thread_cpu_ns() - start)
+    );
+    let filters: Vec<FilterConfig> = serde_yaml_ng::from_str(
+        r#"
+- turns: {min: 2}
+- assistant_chars: {min: 1}
+- language: {keep: [en]}
+- regex: {exclude: ["(?i)as an ai language model"]}
+- repetition: {max_duplicate_line_fraction: null, max_duplicate_line_char_fraction: null, max_duplicate_paragraph_fraction: null, max_duplicate_paragraph_char_fraction: null, max_top_ngram_char_fraction: {}, max_duplicate_ngram_char_fraction: {5: 1.0}}
+"#,
+    )
+    .expect("filters");
+    let filters = Filters::compile(&filters, &[]).expect("compile");
+    let start = thread_cpu_ns();
+    let kept = rows
+        .iter()
+        .filter(|r| filters.check_content(r).is_ok())
+        .count();
+    println!(
+        "filters (turns, chars, language, regex, a repetition rule): {:.0} ns per KB of text ({kept} kept)",
+        per_kb(thread_cpu_ns() - start)
+    );
+    for one in [
+        "turns: {min: 2}",
+        "assistant_chars: {min: 1}",
+        "language: {keep: [en]}",
+        "regex: {exclude: [\"(?i)as an ai language model\"]}",
+    ] {
+        let f = Filters::compile(&[serde_yaml_ng::from_str(one).expect("filter")], &[])
+            .expect("compile");
+        let start = thread_cpu_ns();
+        let kept = rows.iter().filter(|r| f.check_content(r).is_ok()).count();
+        println!(
+            "  {one}: {:.0} ns per KB ({kept} kept)",
+            per_kb(thread_cpu_ns() - start)
+        );
+    }
+    let all_rules = Filters::compile(
+        &[serde_yaml_ng::from_str("repetition: {}").expect("r")],
+        &[],
+    )
+    .expect("compile");
+    let start = thread_cpu_ns();
+    let _ = rows
+        .iter()
+        .filter(|r| all_rules.check_content(r).is_ok())
+        .count();
+    println!(
+        "repetition with every default rule: {:.0} ns per KB of text",
+        per_kb(thread_cpu_ns() - start)
+    );
+}
+
+#[cfg(target_os = "linux")]
+fn thread_cpu_ns() -> u64 {
+    let mut t = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes one timespec through a valid pointer.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut t) };
+    t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64
+}

@@ -230,7 +230,8 @@ pub struct DecontamIndex {
     /// Words or characters per n-gram.
     n: usize,
     scope: Scope,
-    grams: HashMap<u64, u32>,
+    /// Keyed by an xxh3 hash already; looked up only (never iterated), so a fast hasher.
+    grams: HashMap<u64, u32, foldhash::fast::RandomState>,
     /// Lengths (in words or characters) of items shorter than `n`, matched whole.
     short: BTreeSet<usize>,
     /// (benchmark index, item id) per item.
@@ -253,7 +254,7 @@ impl DecontamIndex {
             mode: config.mode,
             n,
             scope: config.scope,
-            grams: HashMap::new(),
+            grams: HashMap::default(),
             short: BTreeSet::new(),
             items: Vec::new(),
             benchmarks: benchmarks.iter().map(|b| b.name.clone()).collect(),
@@ -294,30 +295,35 @@ impl DecontamIndex {
         self.check_text(&text::scope_text(c, self.scope))
     }
 
+    /// The scope whose text [`DecontamIndex::check`] reads.
+    pub fn scope(&self) -> Scope {
+        self.scope
+    }
+
     /// [`DecontamIndex::check`] on a raw text.
     pub fn check_text(&self, raw: &str) -> Option<Hit> {
         if self.grams.is_empty() {
             return None;
         }
-        let normalized = text::normalize(raw);
-        let units = self.units(&normalized);
+        self.check_normalized(&text::normalize(raw))
+    }
+
+    /// [`DecontamIndex::check`] on [`text::normalize`]d text (to normalize a scope's text once
+    /// for several steps).
+    pub fn check_normalized(&self, normalized: &str) -> Option<Hit> {
+        let units = self.units(normalized);
         let mut found = None;
         for len in std::iter::once(self.n).chain(self.short.iter().copied()) {
             if units.len() < len {
                 continue;
             }
-            for_each_gram(
-                &normalized,
-                &units,
-                len,
-                &mut |h| match self.grams.get(&h) {
-                    Some(&item) => {
-                        found = Some(item);
-                        false
-                    }
-                    None => true,
-                },
-            );
+            for_each_gram(normalized, &units, len, &mut |h| match self.grams.get(&h) {
+                Some(&item) => {
+                    found = Some(item);
+                    false
+                }
+                None => true,
+            });
             if found.is_some() {
                 break;
             }

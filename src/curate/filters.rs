@@ -95,7 +95,8 @@ pub struct RangeFilter {
 }
 
 /// Keeps rows whose text is in one of `keep` (ISO 639-1 codes such as `en`, `zh`, or whatlang's
-/// ISO 639-3 codes such as `eng`, `cmn`) detected with at least `min_confidence` (0 to 1).
+/// ISO 639-3 codes such as `eng`, `cmn`) detected with at least `min_confidence` (0 to 1), on
+/// the first 2,000 characters of the scope text.
 #[derive(Deserialize, Debug, Clone, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct LanguageFilter {
@@ -496,6 +497,17 @@ impl Filters {
     }
 }
 
+/// Characters of a text that language detection reads: enough to tell the language, and
+/// bounded, so a long row costs no more than a short one.
+const LANGUAGE_CHARS: usize = 2000;
+
+/// The first `chars` characters of `text`.
+fn prefix(text: &str, chars: usize) -> &str {
+    text.char_indices()
+        .nth(chars)
+        .map_or(text, |(end, _)| &text[..end])
+}
+
 fn valid_name(name: &str) -> bool {
     !name.is_empty()
         && name
@@ -529,7 +541,7 @@ impl ContentCheck {
                 scope,
             } => {
                 let text = text::scope_text(c, *scope);
-                let Some(info) = whatlang::detect(&text) else {
+                let Some(info) = whatlang::detect(prefix(&text, LANGUAGE_CHARS)) else {
                     return Some(format!("no language detected in {} text", scope.as_str()));
                 };
                 let (lang, confidence) = (info.lang(), info.confidence());

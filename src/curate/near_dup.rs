@@ -192,9 +192,20 @@ impl MinHasher {
         self.bands_of_text(&text::scope_text(c, self.scope))
     }
 
+    /// The scope whose text [`MinHasher::bands`] reads.
+    pub fn scope(&self) -> Scope {
+        self.scope
+    }
+
     /// The band hashes of a raw text (normalized here).
     pub fn bands_of_text(&self, raw: &str) -> Option<Box<[u64]>> {
-        let signature = self.signature(&text::normalize(raw))?;
+        self.bands_of_normalized(&text::normalize(raw))
+    }
+
+    /// The band hashes of [`text::normalize`]d text (to normalize a scope's text once for
+    /// several steps).
+    pub fn bands_of_normalized(&self, normalized: &str) -> Option<Box<[u64]>> {
+        let signature = self.signature(normalized)?;
         let mut bytes = Vec::with_capacity(self.rows * 4);
         let bands = signature
             .chunks_exact(self.rows)
