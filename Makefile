@@ -43,6 +43,7 @@ check-goldens: $(PY)
 	$(PY) tests/oracle/gen_goldens.py --out .goldens-check > /dev/null
 	diff -r .goldens-check/render tests/golden/render
 	diff -r .goldens-check/tokens/qwen3.6.jsonl tests/golden/tokens/qwen3.6.jsonl
+	for t in qwen3.6 qwen3.5 qwen3; do diff .goldens-check/tokens/policies-$$t.jsonl tests/golden/tokens/policies-$$t.jsonl || exit 1; done
 	rm -rf .goldens-check
 
 ## Regenerate the goldens (after changing tests/oracle/cases.jsonl or a template).

@@ -19,6 +19,8 @@ pub struct RowProcessor {
     pub max_tokens: usize,
     pub length_policy: LengthPolicy,
     pub min_supervised_tokens: usize,
+    /// How the loss mask is drawn inside supervised turns (the `mask:` settings).
+    pub mask: mask::MaskRule,
     /// When the encoder is not the `tokenizers` crate on whole texts (the fast encoder, the
     /// segment cache): the share of rows (in basis points, chosen by a hash of the row id)
     /// also encoded with it, where their ids are [`Origin::Derived`]; any difference stops the
@@ -48,6 +50,9 @@ pub struct Tokenized {
     pub ids: Vec<u32>,
     pub mask: Vec<u8>,
     pub truncated: bool,
+    /// An edge of a supervised span fell inside a token (the header's newline merged with the
+    /// reply's leading whitespace), decided by the boundary rule: counted per source.
+    pub boundary_merged: bool,
     /// Where the encoder got the ids (a spot check re-encodes only derived ones).
     pub origin: Origin,
 }
@@ -150,13 +155,14 @@ impl RowProcessor {
     fn mask_rows(&self, encoded: Encoded) -> Result<Vec<Tokenized>, Reject> {
         let mut rows = Vec::with_capacity(encoded.rows.len());
         for (row, ids, origin) in encoded.rows {
-            let mask = self.mask(&row.text, &ids, &row.supervise)?;
+            let (mask, boundary_merged) = self.mask(&row.text, &ids, &row.supervise)?;
             rows.push(Tokenized {
                 segment: row.segment,
                 text: row.text,
                 ids,
                 mask,
                 truncated: false,
+                boundary_merged,
                 origin,
             });
         }
@@ -166,25 +172,45 @@ impl RowProcessor {
         }
     }
 
-    /// The verified loss mask of encoded text.
+    /// The verified loss mask of encoded text, and whether a span edge fell inside a token.
     fn mask(
         &self,
         text: &str,
         ids: &[u32],
         supervise: &std::ops::Range<usize>,
-    ) -> Result<Vec<u8>, Reject> {
+    ) -> Result<(Vec<u8>, bool), Reject> {
         let t = &self.tokenizer;
-        let (mask, _) = mask::compute(ids, &t.markers, supervise);
-        mask::verify(
+        let computed = mask::compute(ids, &t.markers, &t.bytes, &self.mask, supervise);
+        let verified = mask::verify(
             &t.normalize(text),
             ids,
-            &mask,
+            &computed.mask,
             &t.bytes,
             &t.markers,
+            &self.mask,
             supervise,
         )
         .map_err(|e| Reject::new(RejectReason::MaskCheck, e.to_string()))?;
-        Ok(mask)
+        // Token space and text space must agree on it too.
+        if verified.boundary_merged != computed.boundary_merged {
+            return Err(Reject::new(
+                RejectReason::MaskCheck,
+                format!(
+                    "the token-space mask {} a span edge inside a token and the text check {}",
+                    if computed.boundary_merged {
+                        "found"
+                    } else {
+                        "did not find"
+                    },
+                    if verified.boundary_merged {
+                        "did"
+                    } else {
+                        "did not"
+                    },
+                ),
+            ));
+        }
+        Ok((computed.mask, computed.boundary_merged))
     }
 
     /// Applies `max_tokens`, the length policy and `min_supervised_tokens` to one row.
@@ -194,7 +220,8 @@ impl RowProcessor {
                 return Err(FilterReason::TooLong);
             }
             let all = 0..usize::MAX;
-            let (_, blocks) = mask::compute(&row.ids, &self.tokenizer.markers, &all);
+            let t = &self.tokenizer;
+            let blocks = mask::compute(&row.ids, &t.markers, &t.bytes, &self.mask, &all).blocks;
             let cut = blocks
                 .iter()
                 .map(|b| b.end)

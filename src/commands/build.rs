@@ -1,9 +1,9 @@
 //! `chatshards build PIPELINE.yaml`
 
 use crate::pipeline::{self, Sinks};
-use crate::process::RowProcessor;
 use crate::plan::{self, sha256_hex, HubAccess, Plan};
 use crate::printer::Printer;
+use crate::process::RowProcessor;
 use crate::progress::BuildProgress;
 use crate::render::Renderer;
 use crate::report::timings::{Phase, Timings};
@@ -224,6 +224,7 @@ pub fn processor(plan: &Plan) -> Result<(RowProcessor, BackendReport)> {
         max_tokens: plan.max_tokens,
         length_policy: plan.length_policy,
         min_supervised_tokens: plan.min_supervised_tokens,
+        mask: crate::tokenize::mask::MaskRule::standard(),
         verify_basis_points: report
             .needs_spot_checks()
             .then_some(plan.verify_basis_points),

@@ -5,9 +5,9 @@
 //! as given: no validation repairs, no length rules.
 
 use crate::adapt::{Adapter, OpenAiAdapter, Repairs};
-use crate::process::{RowProcessor, Tokenized};
 use crate::plan::config::{LengthPolicy, RenderPolicy};
 use crate::printer::Printer;
+use crate::process::{RowProcessor, Tokenized};
 use crate::reject::{Reject, RejectReason};
 use crate::render::Renderer;
 use crate::tokenize::Tokenizer;
@@ -81,6 +81,7 @@ pub fn processor(
         max_tokens: usize::MAX,
         length_policy: LengthPolicy::Drop,
         min_supervised_tokens: 0,
+        mask: crate::tokenize::mask::MaskRule::standard(),
         verify_basis_points: None,
         render_verify_basis_points: None,
     })

@@ -110,6 +110,9 @@ pub enum RenderPolicy {
     /// for single-query conversations (agentic data), so those never multiply.
     #[default]
     Expand,
+    /// One row per assistant turn (speculators 0.9's render-boundary rows): the conversation up
+    /// to that turn, rendered as inference sees it, supervising that turn only.
+    Turns,
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, serde::Serialize)]

@@ -54,6 +54,19 @@ pub fn plan_rows(conversation: &Conversation, policy: RenderPolicy) -> Vec<RowSp
             }
             rows
         }
+        RenderPolicy::Turns => {
+            // Turns before the first real query have no prompt the template accepts.
+            let Some(&first_query) = queries.first() else {
+                return Vec::new();
+            };
+            (first_query..messages.len())
+                .filter(|&i| messages[i].role == Role::Assistant)
+                .map(|i| RowSpec {
+                    end: i + 1,
+                    supervise: ordinal[i]..ordinal[i] + 1,
+                })
+                .collect()
+        }
     }
 }
 
@@ -134,6 +147,15 @@ mod tests {
                 supervise: 0..2
             }]
         );
+    }
+
+    #[test]
+    fn turns_yield_one_row_per_assistant_turn_after_the_first_query() {
+        let c = conversation("sauatauua");
+        let rows = plan_rows(&c, RenderPolicy::Turns);
+        let got: Vec<(usize, Range<usize>)> =
+            rows.into_iter().map(|r| (r.end, r.supervise)).collect();
+        assert_eq!(got, vec![(4, 1..2), (6, 2..3), (9, 3..4)]);
     }
 
     #[test]
