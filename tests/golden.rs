@@ -430,3 +430,92 @@ fn qwen35_policies_match_oracle_masks() {
 fn qwen3_policies_match_oracle_masks() {
     policies_match_oracle("qwen3");
 }
+
+/// A long multi-query chat: `queries` user queries, each answered with some reasoning.
+fn long_chat(queries: usize) -> chatshards::conversation::Conversation {
+    use chatshards::conversation::{Conversation, Message};
+    let mut messages = vec![Message::system("You are terse.")];
+    for q in 0..queries {
+        messages.push(Message::user(format!("Question {q}: what is {q} squared?")));
+        messages.push(
+            Message::assistant(format!("{q} squared is {}.", q * q)).with_reasoning(Some(format!(
+                "Multiply {q} by itself, carefully, step by step."
+            ))),
+        );
+    }
+    Conversation {
+        messages,
+        tools: Vec::new(),
+    }
+}
+
+/// `process_batch` streams the rows of a multi-row conversation and stops once no later row
+/// can fit: its outcome equals the length rules applied to every row `tokenize` yields, under
+/// both length policies and both multi-row policies.
+#[test]
+fn streamed_rows_equal_every_row_filtered() {
+    use chatshards::process::{Outcome, SpotChecks};
+    use chatshards::report::timings::Timings;
+    let c = long_chat(40);
+    for policy in [RenderPolicy::Expand, RenderPolicy::Turns] {
+        for (length_policy, max_tokens, min) in [
+            (LengthPolicy::Drop, 300, 1),
+            (LengthPolicy::Drop, 1_000_000, 1),
+            (LengthPolicy::Truncate, 300, 1),
+            (LengthPolicy::Truncate, 300, 0),
+        ] {
+            let mut p = processor(Map::new(), policy);
+            let every = p.tokenize(&c).expect("tokenizes");
+            assert_eq!(every.len(), 40);
+            p.max_tokens = max_tokens;
+            p.length_policy = length_policy;
+            p.min_supervised_tokens = min;
+            let mut batch = [(
+                &c,
+                SpotChecks {
+                    encoder: true,
+                    renderer: true,
+                },
+            )];
+            let got = p.process_batch(&mut batch, &Timings::default());
+            let [Outcome::Kept(rows)] = got.as_slice() else {
+                panic!("{policy:?} {length_policy:?} {max_tokens}: {got:?}");
+            };
+            // The reference: every row, cut or dropped by the rules, by hand.
+            let mut want = Vec::new();
+            for row in &every {
+                let (mut ids, mut mask) = (row.ids.clone(), row.mask.clone());
+                if ids.len() > max_tokens {
+                    if length_policy == LengthPolicy::Drop {
+                        continue;
+                    }
+                    // The end of the last assistant turn that fits: after an `<|im_end|>\n`.
+                    let im_end = 248046;
+                    let Some(cut) = (1..=max_tokens).rev().find(|&n| {
+                        ids[n - 1] == 198 && ids.get(n - 2) == Some(&im_end) && {
+                            // ... of an assistant turn: the header before it is an assistant's.
+                            let text: Vec<u32> = ids[..n].to_vec();
+                            let start = text.iter().rposition(|&t| t == 248045).unwrap_or(0);
+                            text.get(start + 1) == Some(&74455)
+                        }
+                    }) else {
+                        continue;
+                    };
+                    ids.truncate(cut);
+                    mask.truncate(cut);
+                }
+                if mask.iter().filter(|&&m| m == 1).count() < min {
+                    continue;
+                }
+                want.push((row.segment, ids, mask));
+            }
+            let got: Vec<(usize, Vec<u32>, Vec<u8>)> = rows
+                .iter()
+                .map(|r| (r.segment, r.ids.clone(), r.mask.clone()))
+                .collect();
+            assert_eq!(got, want, "{policy:?} {length_policy:?} {max_tokens} {min}");
+            assert!(rows.iter().all(|r| r.text.is_empty()));
+            assert!(batch[0].1.renderer);
+        }
+    }
+}

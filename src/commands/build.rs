@@ -137,6 +137,7 @@ fn build(
         total_rows,
         plan.rows_per_shard,
         source_names,
+        plan.mask.dtype,
     )?;
     let input_files = match hashing.join() {
         Ok(files) => files?,
@@ -154,7 +155,10 @@ fn build(
     );
     write_file(
         &staging.join("dataset_info.json"),
-        &write::dataset_info_json(&format!("{} (built by chatshards)", plan.name)),
+        &write::dataset_info_json(
+            &format!("{} (built by chatshards)", plan.name),
+            plan.mask.dtype,
+        ),
     )?;
     write_file(
         &staging.join("state.json"),
@@ -216,6 +220,7 @@ pub fn processor(plan: &Plan) -> Result<(RowProcessor, BackendReport)> {
     }
     let tokenizer = std::sync::Arc::new(tokenizer);
     let validator = Validator::new(&tokenizer.forbidden);
+    let mask = crate::process::mask_rule(&plan.mask, &renderer, &tokenizer)?;
     let processor = RowProcessor {
         renderer,
         tokenizer,
@@ -224,7 +229,7 @@ pub fn processor(plan: &Plan) -> Result<(RowProcessor, BackendReport)> {
         max_tokens: plan.max_tokens,
         length_policy: plan.length_policy,
         min_supervised_tokens: plan.min_supervised_tokens,
-        mask: crate::tokenize::mask::MaskRule::standard(),
+        mask,
         verify_basis_points: report
             .needs_spot_checks()
             .then_some(plan.verify_basis_points),
@@ -274,6 +279,7 @@ fn write_shards(
     total_rows: u64,
     rows_per_shard: usize,
     sources: Arc<Vec<String>>,
+    mask_dtype: crate::tokenize::mask_config::MaskDtype,
 ) -> Result<Vec<write::ShardSummary>> {
     let count = total_rows.div_ceil(rows_per_shard as u64) as usize;
     let buckets = spill.finish()?;
@@ -307,7 +313,7 @@ fn write_shards(
         });
         scope.spawn(move || {
             let (mut shard, mut in_shard, mut seen) = (0usize, 0usize, 0u64);
-            let mut builder = BatchBuilder::default();
+            let mut builder = BatchBuilder::new(mask_dtype);
             let mut encoder: Option<ShardEncoder> = None;
             let arrow_err = |shard: usize, message: String| WriteError::Arrow {
                 path: dir.join(shard_name(shard, count)),
@@ -341,7 +347,7 @@ fn write_shards(
                         let batch = builder.finish()?;
                         let enc = match encoder.as_mut() {
                             Some(enc) => enc,
-                            None => encoder.insert(ShardEncoder::new()?),
+                            None => encoder.insert(ShardEncoder::new(mask_dtype)?),
                         };
                         let mut bytes = enc.encode(&batch)?;
                         if ends_shard {
@@ -572,8 +578,15 @@ mod tests {
                     })
                     .expect("push");
             }
-            let shards =
-                write_shards(dir.path(), spill, total, per_shard, Arc::new(vec![])).expect("write");
+            let shards = write_shards(
+                dir.path(),
+                spill,
+                total,
+                per_shard,
+                Arc::new(vec![]),
+                Default::default(),
+            )
+            .expect("write");
             let sizes: Vec<u64> = shards.iter().map(|s| s.rows).collect();
             let mut expected = vec![per_shard as u64; (total / per_shard as u64) as usize];
             if !total.is_multiple_of(per_shard as u64) {

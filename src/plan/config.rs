@@ -23,6 +23,10 @@ pub struct PipelineConfig {
     pub template: TemplateConfig,
     #[serde(default)]
     pub render: RenderConfig,
+    /// Loss-mask conventions (`mask:`): end-of-turn tokens, think prefill, boundary rule,
+    /// dtype, or a peer's preset.
+    #[serde(default)]
+    pub mask: crate::tokenize::mask_config::MaskConfig,
     /// Longest row kept, in tokens.
     #[serde(default = "default_max_tokens")]
     pub max_tokens: usize,
@@ -93,8 +97,9 @@ pub struct TemplateConfig {
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RenderConfig {
+    /// `None` when not written: `expand`, or what `mask.preset` sets.
     #[serde(default)]
-    pub policy: RenderPolicy,
+    pub policy: Option<RenderPolicy>,
 }
 
 /// Which assistant turns are supervised, and how many rows a conversation yields.
