@@ -10,7 +10,7 @@ MEMORY_ROWS ?= 0
 # so the median of five is the steady figure.
 REPEAT ?= 5
 
-.PHONY: demo test test-rust test-oracle check-goldens goldens lint bench dataset clean
+.PHONY: demo test test-rust test-oracle check-goldens goldens speculators-goldens lint bench dataset clean
 
 ## Build the demo dataset from fixtures shipped in the repo (offline, seconds).
 demo:
@@ -49,6 +49,12 @@ check-goldens: $(PY)
 ## Regenerate the goldens (after changing tests/oracle/cases.jsonl or a template).
 goldens: $(PY)
 	$(PY) tests/oracle/gen_goldens.py
+
+## Goldens from speculators 0.7.0.2's own preprocessing (needs speculators==0.7.0.2, torch CPU,
+## transformers<5.15 and datasets<=5.0.1 in SPEC_PY's environment; not part of `make test`).
+SPEC_PY ?= python3
+speculators-goldens:
+	$(SPEC_PY) tests/oracle/gen_speculators_goldens.py
 
 ## The real 913,786-row mix: needs the Hub, a mirror (HF_ENDPOINT) or a warm HF cache.
 dataset:
