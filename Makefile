@@ -10,7 +10,7 @@ MEMORY_ROWS ?= 0
 # so the median of five is the steady figure.
 REPEAT ?= 5
 
-.PHONY: demo test test-rust test-oracle check-goldens goldens lint bench dataset clean
+.PHONY: demo test test-rust test-oracle check-goldens goldens speculators-goldens lint bench dataset clean
 
 ## Build the demo dataset from fixtures shipped in the repo (offline, seconds), exactly as
 ## pipelines/demo.lock pins its inputs (`chatshards lock pipelines/demo.yaml` after editing them).
@@ -46,11 +46,18 @@ check-goldens: $(PY)
 	$(PY) tests/oracle/gen_goldens.py --out .goldens-check > /dev/null
 	diff -r .goldens-check/render tests/golden/render
 	diff -r .goldens-check/tokens/qwen3.6.jsonl tests/golden/tokens/qwen3.6.jsonl
+	for t in qwen3.6 qwen3.5 qwen3; do diff .goldens-check/tokens/policies-$$t.jsonl tests/golden/tokens/policies-$$t.jsonl || exit 1; done
 	rm -rf .goldens-check
 
 ## Regenerate the goldens (after changing tests/oracle/cases.jsonl or a template).
 goldens: $(PY)
 	$(PY) tests/oracle/gen_goldens.py
+
+## Goldens from speculators 0.7.0.2's own preprocessing (needs speculators==0.7.0.2, torch CPU,
+## transformers<5.15 and datasets<=5.0.1 in SPEC_PY's environment; not part of `make test`).
+SPEC_PY ?= python3
+speculators-goldens:
+	$(SPEC_PY) tests/oracle/gen_speculators_goldens.py
 
 ## The real 913,786-row mix: needs the Hub, a mirror (HF_ENDPOINT) or a warm HF cache.
 dataset:

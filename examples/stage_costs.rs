@@ -124,7 +124,8 @@ fn main() -> Result<()> {
         timed(3, t);
         let t = Instant::now();
         for ((text, ids), (_, _, spec)) in texts.iter().zip(&ids).zip(&conversations) {
-            let (loss_mask, _) = mask::compute(ids, &tk.markers, &spec.supervise);
+            let rule = mask::MaskRule::standard();
+            let loss_mask = mask::compute(ids, &tk.markers, &tk.bytes, &rule, &spec.supervise).mask;
             let normalized = tk.normalize(text);
             mask::verify(
                 &normalized,
@@ -132,6 +133,7 @@ fn main() -> Result<()> {
                 &loss_mask,
                 &tk.bytes,
                 &tk.markers,
+                &rule,
                 &spec.supervise,
             )?;
         }

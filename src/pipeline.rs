@@ -563,6 +563,7 @@ impl Context<'_> {
             kept.tokens += r.ids.len() as u64;
             kept.supervised_tokens += r.supervised() as u64;
             kept.truncated_rows += u32::from(r.truncated);
+            kept.boundary_merged_rows += u32::from(r.boundary_merged);
             out.sinks.spill.push(&TokenRow {
                 key,
                 sample_id,

@@ -5,8 +5,9 @@
 use crate::conversation::Conversation;
 use crate::plan::config::{LengthPolicy, RenderPolicy};
 use crate::reject::{FilterReason, Reject, RejectReason};
-use crate::render::{plan_rows, Renderer};
+use crate::render::{plan_rows, Renderer, RowSpec};
 use crate::report::timings::{PoolStage, Timings};
+use crate::tokenize::mask_config::MaskSettings;
 use crate::tokenize::{mask, Origin, Tokenizer};
 use crate::validate::Validator;
 use crate::write::shuffle_key;
@@ -19,6 +20,8 @@ pub struct RowProcessor {
     pub max_tokens: usize,
     pub length_policy: LengthPolicy,
     pub min_supervised_tokens: usize,
+    /// How the loss mask is drawn inside supervised turns (the `mask:` settings).
+    pub mask: mask::MaskRule,
     /// When the encoder is not the `tokenizers` crate on whole texts (the fast encoder, the
     /// segment cache): the share of rows (in basis points, chosen by a hash of the row id)
     /// also encoded with it, where their ids are [`Origin::Derived`]; any difference stops the
@@ -44,10 +47,16 @@ pub struct SpotChecks {
 pub struct Tokenized {
     /// Row index within the conversation (the `expand` segment).
     pub segment: usize,
+    /// The rendered text; empty in the rows of [`RowProcessor::process_batch`] once they are
+    /// checked (a build writes ids only, and a long conversation's rows would otherwise hold
+    /// the text of every prefix).
     pub text: String,
     pub ids: Vec<u32>,
     pub mask: Vec<u8>,
     pub truncated: bool,
+    /// An edge of a supervised span fell inside a token (the header's newline merged with the
+    /// reply's leading whitespace), decided by the boundary rule: counted per source.
+    pub boundary_merged: bool,
     /// Where the encoder got the ids (a spot check re-encodes only derived ones).
     pub origin: Origin,
 }
@@ -138,13 +147,14 @@ impl RowProcessor {
     fn mask_rows(&self, encoded: Encoded) -> Result<Vec<Tokenized>, Reject> {
         let mut rows = Vec::with_capacity(encoded.rows.len());
         for (row, ids, origin) in encoded.rows {
-            let mask = self.mask(&row.text, &ids, &row.supervise)?;
+            let (mask, boundary_merged) = self.mask(&row.text, &ids, &row.supervise)?;
             rows.push(Tokenized {
                 segment: row.segment,
                 text: row.text,
                 ids,
                 mask,
                 truncated: false,
+                boundary_merged,
                 origin,
             });
         }
@@ -154,25 +164,45 @@ impl RowProcessor {
         }
     }
 
-    /// The verified loss mask of encoded text.
+    /// The verified loss mask of encoded text, and whether a span edge fell inside a token.
     fn mask(
         &self,
         text: &str,
         ids: &[u32],
         supervise: &std::ops::Range<usize>,
-    ) -> Result<Vec<u8>, Reject> {
+    ) -> Result<(Vec<u8>, bool), Reject> {
         let t = &self.tokenizer;
-        let (mask, _) = mask::compute(ids, &t.markers, supervise);
-        mask::verify(
+        let computed = mask::compute(ids, &t.markers, &t.bytes, &self.mask, supervise);
+        let verified = mask::verify(
             &t.normalize(text),
             ids,
-            &mask,
+            &computed.mask,
             &t.bytes,
             &t.markers,
+            &self.mask,
             supervise,
         )
         .map_err(|e| Reject::new(RejectReason::MaskCheck, e.to_string()))?;
-        Ok(mask)
+        // Token space and text space must agree on it too.
+        if verified.boundary_merged != computed.boundary_merged {
+            return Err(Reject::new(
+                RejectReason::MaskCheck,
+                format!(
+                    "the token-space mask {} a span edge inside a token and the text check {}",
+                    if computed.boundary_merged {
+                        "found"
+                    } else {
+                        "did not find"
+                    },
+                    if verified.boundary_merged {
+                        "did"
+                    } else {
+                        "did not"
+                    },
+                ),
+            ));
+        }
+        Ok((computed.mask, computed.boundary_merged))
     }
 
     /// Applies `max_tokens`, the length policy and `min_supervised_tokens` to one row.
@@ -182,7 +212,8 @@ impl RowProcessor {
                 return Err(FilterReason::TooLong);
             }
             let all = 0..usize::MAX;
-            let (_, blocks) = mask::compute(&row.ids, &self.tokenizer.markers, &all);
+            let t = &self.tokenizer;
+            let blocks = mask::compute(&row.ids, &t.markers, &t.bytes, &self.mask, &all).blocks;
             let cut = blocks
                 .iter()
                 .map(|b| b.end)
@@ -214,22 +245,7 @@ impl RowProcessor {
     /// with the native render.
     fn check_renderer(&self, conversation: &Conversation) -> Result<(), String> {
         for (segment, spec) in plan_rows(conversation, self.policy).into_iter().enumerate() {
-            let view = prefix(conversation, spec.end);
-            let native = self.renderer.render(&view);
-            let reference = self.renderer.render_template(&view);
-            if native != reference {
-                let at = match (&native, &reference) {
-                    (Ok(a), Ok(b)) => {
-                        let common = a.bytes().zip(b.bytes()).take_while(|(x, y)| x == y);
-                        format!("differs at byte {}", common.count())
-                    }
-                    (Ok(_), Err(e)) => format!("minijinja raised `{}`", e.message),
-                    (Err(e), _) => format!("failed with `{}`", e.message),
-                };
-                return Err(format!(
-                    "the native render of row segment {segment} {at} (minijinja is the reference)"
-                ));
-            }
+            self.same_render(&prefix(conversation, spec.end), segment)?;
         }
         Ok(())
     }
@@ -241,6 +257,42 @@ impl RowProcessor {
     /// is timed as a whole. Each row's `SpotChecks` is left saying which checks it got: an
     /// encoder check is dropped for a row whose ids all came from the reference itself.
     pub fn process_batch(
+        &self,
+        batch: &mut [(&Conversation, SpotChecks)],
+        timings: &Timings,
+    ) -> Vec<Outcome<Vec<Tokenized>>> {
+        // A conversation of several rows (`expand`, `turns`) goes through one row at a time,
+        // so that its memory stays linear in its length; the rest stage by stage.
+        let plans: Vec<Vec<RowSpec>> = batch
+            .iter()
+            .map(|(c, _)| plan_rows(c, self.policy))
+            .collect();
+        if plans.iter().any(|p| p.len() > 1) {
+            let mut outcomes: Vec<Option<Outcome<Vec<Tokenized>>>> = Vec::new();
+            let mut single: Vec<(&Conversation, SpotChecks)> = Vec::new();
+            let mut at = Vec::new();
+            for (i, ((conversation, checks), specs)) in batch.iter_mut().zip(plans).enumerate() {
+                if specs.len() > 1 {
+                    outcomes.push(Some(self.stream_rows(conversation, specs, checks, timings)));
+                } else {
+                    outcomes.push(None);
+                    single.push((conversation, *checks));
+                    at.push(i);
+                }
+            }
+            let done = self.process_stages(&mut single, timings);
+            for ((i, outcome), (_, checks)) in at.into_iter().zip(done).zip(single) {
+                outcomes[i] = Some(outcome);
+                batch[i].1 = checks;
+            }
+            return outcomes.into_iter().flatten().collect();
+        }
+        self.process_stages(batch, timings)
+    }
+
+    /// [`process_batch`](Self::process_batch) for conversations of one row each: every stage
+    /// over the whole batch before the next.
+    fn process_stages(
         &self,
         batch: &mut [(&Conversation, SpotChecks)],
         timings: &Timings,
@@ -295,9 +347,134 @@ impl RowProcessor {
         timings.time(PoolStage::Mask, || {
             verified
                 .into_iter()
-                .map(|rows| rows.map_or_else(|outcome| outcome, |rows| self.length_rules(rows)))
+                .map(|rows| {
+                    rows.map_or_else(
+                        |outcome| outcome,
+                        |rows| {
+                            let rows = rows.into_iter().map(without_text).collect();
+                            self.length_rules(rows)
+                        },
+                    )
+                })
                 .collect()
         })
+    }
+
+    /// The rows of one conversation, one at a time: render (and spot-check the render), encode,
+    /// mask, spot-check the ids, apply the length rules, keep or drop, then the next row; only
+    /// kept rows stay in memory, without their text. Rows stop once the text every later row
+    /// shares is longer than `max_tokens` on its own: none of them could be kept (with
+    /// `truncate`, each would be cut before its supervised turns), so they are not rendered.
+    fn stream_rows(
+        &self,
+        conversation: &Conversation,
+        specs: Vec<RowSpec>,
+        checks: &mut SpotChecks,
+        timings: &Timings,
+    ) -> Outcome<Vec<Tokenized>> {
+        let check_encoder = std::mem::take(&mut checks.encoder);
+        let mut kept = Vec::new();
+        let mut first_filter = None;
+        for (segment, spec) in specs.into_iter().enumerate() {
+            let view = prefix(conversation, spec.end);
+            if checks.renderer {
+                let same = timings.time(PoolStage::SpotChecks, || self.same_render(&view, segment));
+                if let Err(m) = same {
+                    return Outcome::RendererMismatch(m);
+                }
+            }
+            let text = match timings.time(PoolStage::Render, || self.renderer.render(&view)) {
+                Ok(text) => text,
+                Err(e) => return Outcome::Rejected(Reject::new(RejectReason::Template, e.message)),
+            };
+            drop(view);
+            let (ids, origin) = match timings.time(PoolStage::Encode, || {
+                self.tokenizer.encoder.encode_traced(&text)
+            }) {
+                Ok(encoded) => encoded,
+                Err(e) => return Outcome::Rejected(Reject::new(RejectReason::Tokenize, e)),
+            };
+            let masked = timings.time(PoolStage::Mask, || self.mask_row(&text, &ids, &spec));
+            let (mask, boundary_merged, shared_tokens) = match masked {
+                Ok(m) => m,
+                Err(reject) => return Outcome::Rejected(reject),
+            };
+            let row = Tokenized {
+                segment,
+                text,
+                ids,
+                mask,
+                truncated: false,
+                boundary_merged,
+                origin,
+            };
+            if check_encoder {
+                let checked = timings.time(PoolStage::SpotChecks, || {
+                    self.check_encoder(std::slice::from_ref(&row))
+                });
+                match checked {
+                    Ok(true) => checks.encoder = true,
+                    Ok(false) => {}
+                    Err(outcome) => return outcome,
+                }
+            }
+            match timings.time(PoolStage::Mask, || {
+                self.apply_length_rules(without_text(row))
+            }) {
+                Ok(row) => kept.push(row),
+                Err(reason) => {
+                    first_filter.get_or_insert(reason);
+                }
+            }
+            if self.no_later_row_fits(shared_tokens) {
+                break;
+            }
+        }
+        self.outcome_of(kept, first_filter)
+    }
+
+    /// Whether rows whose shared text alone has `shared_tokens` tokens can all be left out:
+    /// each is longer than that, so `drop` drops them, and `truncate` cuts each before its
+    /// supervised turns (then too few are supervised, unless none need be).
+    fn no_later_row_fits(&self, shared_tokens: usize) -> bool {
+        shared_tokens >= self.max_tokens
+            && (self.length_policy == LengthPolicy::Drop || self.min_supervised_tokens > 0)
+    }
+
+    /// Mask of one row, whether a span edge fell inside a token, and how many tokens come
+    /// before the header of the row's first assistant turn after its last query.
+    fn mask_row(
+        &self,
+        text: &str,
+        ids: &[u32],
+        spec: &RowSpec,
+    ) -> Result<(Vec<u8>, bool, usize), Reject> {
+        let t = &self.tokenizer;
+        let (mask, merged) = self.mask(text, ids, &spec.supervise)?;
+        let all = 0..usize::MAX;
+        let blocks = mask::compute(ids, &t.markers, &t.bytes, &self.mask, &all).blocks;
+        let shared = blocks.get(spec.shared).map_or(ids.len(), |b| b.start);
+        Ok((mask, merged, shared))
+    }
+
+    /// A native render of one row compared with minijinja's.
+    fn same_render(&self, view: &Conversation, segment: usize) -> Result<(), String> {
+        let native = self.renderer.render(view);
+        let reference = self.renderer.render_template(view);
+        if native == reference {
+            return Ok(());
+        }
+        let at = match (&native, &reference) {
+            (Ok(a), Ok(b)) => {
+                let common = a.bytes().zip(b.bytes()).take_while(|(x, y)| x == y);
+                format!("differs at byte {}", common.count())
+            }
+            (Ok(_), Err(e)) => format!("minijinja raised `{}`", e.message),
+            (Err(e), _) => format!("failed with `{}`", e.message),
+        };
+        Err(format!(
+            "the native render of row segment {segment} {at} (minijinja is the reference)"
+        ))
     }
 
     /// Re-encodes the rows whose ids are derived with the `tokenizers` crate and compares the
@@ -333,6 +510,15 @@ impl RowProcessor {
                 }
             }
         }
+        self.outcome_of(kept, first_filter)
+    }
+
+    /// Kept if any row is; else the first row's filter reason.
+    fn outcome_of(
+        &self,
+        kept: Vec<Tokenized>,
+        first_filter: Option<FilterReason>,
+    ) -> Outcome<Vec<Tokenized>> {
         match (kept.is_empty(), first_filter) {
             (true, Some(reason)) => Outcome::Filtered(reason),
             (true, None) => Outcome::Rejected(Reject::new(
@@ -353,5 +539,33 @@ pub fn prefix(conversation: &Conversation, end: usize) -> std::borrow::Cow<'_, C
             messages: conversation.messages[..end].to_vec(),
             tools: conversation.tools.clone(),
         })
+    }
+}
+
+/// The mask rule for `settings`, with the think prefill taken from the template itself: the
+/// text its generation prompt writes after the assistant header (Qwen3.6: `<think>\n`; with
+/// `enable_thinking: false`, the empty think block; Qwen3: nothing).
+pub fn mask_rule(
+    settings: &MaskSettings,
+    renderer: &Renderer,
+    tokenizer: &Tokenizer,
+) -> anyhow::Result<mask::MaskRule> {
+    let probe = serde_json::json!([{"role": "user", "content": "x"}]);
+    let prompt = renderer
+        .render_json(probe, &[], true)
+        .map_err(|e| anyhow::anyhow!("the template's generation prompt: {}", e.message))?;
+    let header = tokenizer.markers.header_text;
+    let prefill = prompt
+        .rfind(header)
+        .map_or("", |at| &prompt[at + header.len()..]);
+    mask::MaskRule::new(settings, prefill, tokenizer.encoder.as_ref())
+        .map_err(|e| anyhow::anyhow!("encoding the think prefill: {e}"))
+}
+
+/// A checked row without its text (see [`Tokenized::text`]).
+fn without_text(row: Tokenized) -> Tokenized {
+    Tokenized {
+        text: String::new(),
+        ..row
     }
 }

@@ -214,6 +214,12 @@ pub enum Repair {
     /// Null-valued keys in tool schemas (Parquet struct columns pad missing keys with nulls)
     /// were dropped.
     ToolSchemaNullsDropped,
+    /// Agentic: a function listing in the system prompt (`---- BEGIN FUNCTION #1: ...`) became
+    /// the row's tools and was taken out of the system text.
+    ToolListingParsed,
+    /// Agentic: a function listing in the system prompt that does not parse exactly (or a row
+    /// that also has a tools column) was left in the text (counted, not changed).
+    ToolListingKept,
 }
 
 impl Repair {
@@ -241,6 +247,8 @@ impl Repair {
             Repair::ObservationsAsTool => "observations_as_tool",
             Repair::SubagentMessagesDropped => "subagent_messages_dropped",
             Repair::ToolSchemaNullsDropped => "tool_schema_nulls_dropped",
+            Repair::ToolListingParsed => "tool_listing_parsed",
+            Repair::ToolListingKept => "tool_listing_kept",
         }
     }
 }
@@ -322,6 +330,8 @@ mod tests {
             P::ObservationsAsTool,
             P::SubagentMessagesDropped,
             P::ToolSchemaNullsDropped,
+            P::ToolListingParsed,
+            P::ToolListingKept,
         ] {
             assert_eq!(serde_name(p), p.code());
         }

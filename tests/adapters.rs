@@ -67,6 +67,12 @@ const FIXTURES: &[Fixture] = &[
         files: &["data-evol_instruct-decontaminated.jsonl"],
     },
     Fixture {
+        dir: "sharegpt",
+        format: "sharegpt",
+        resolved_only: None,
+        files: &["glaive_toolcall_en_demo.json"],
+    },
+    Fixture {
         dir: "glaive",
         format: "glaive",
         resolved_only: None,
@@ -331,7 +337,7 @@ fn every_fixture_row_adapts_to_its_expected_outcome() {
             expected.keys()
         );
     }
-    assert_eq!(checked, 69, "rows checked");
+    assert_eq!(checked, 76, "rows checked");
 }
 
 #[test]
@@ -798,7 +804,7 @@ fn openai_lines_adapt_as_their_values() {
     let lines: &[&str] = &[
         // Plain rows: the typed path.
         r#"{"messages":[{"role":"user","content":"hi"},{"role":"assistant","content":"yo"}]}"#,
-        r#"{"id":7,"messages":[{"role":"system","content":"s\n\u00e9"},{"role":"user","content":null},{"role":"assistant","content":"a","reasoning_content":null,"reasoning":"r","thinking":"t"}],"tools":null}"#,
+        r#"{"id":7,"messages":[{"role":"system","content":"s\n\u00e9"},{"role":"user","content":""},{"role":"assistant","content":"a","reasoning_content":null,"reasoning":"r","thinking":"t"}],"tools":null}"#,
         r#"{"messages":[{"role":"user","content":"q","name":"ignored","reasoning":"ignored"},{"role":"assistant","tool_calls":[{"type":"function","function":{"name":"f","arguments":"{\"a\": 1}"}},{"id":"c2","name":"g","arguments":{"b":[1,2.5]}}]},{"role":"tool","content":"42","name":"f","tool_call_id":"c1"},{"role":"assistant","content":"done","reasoning_content":""}],"tools":[{"type":"function","function":{"name":"f","parameters":{"type":"object"}}}]}"#,
         r#"{"messages":[{"role":"assistant","content":"x","tool_calls":null}],"tools":[]}"#,
         r#"{"messages":[]}"#,
@@ -812,6 +818,8 @@ fn openai_lines_adapt_as_their_values() {
         r#"{"messages":[{"role":"robot","content":"a"}]}"#,
         r#"{"messages":[{"content":"a"}]}"#,
         r#"{"messages":[{"role":"user","content":5}]}"#,
+        r#"{"messages":[{"role":"user","content":null},{"role":"assistant","content":"a"}]}"#,
+        r#"{"messages":[{"role":"user","content":"q"},{"role":"assistant"}]}"#,
         r#"{"messages":[{"role":"assistant","content":"a","reasoning":7}]}"#,
         r#"{"messages":[{"role":"user","content":"a","reasoning":7,"tool_calls":"x"}]}"#,
         r#"{"messages":[{"role":"assistant","content":"a","tool_calls":{"name":"f"}}]}"#,

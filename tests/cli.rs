@@ -431,7 +431,10 @@ fn every_shipped_pipeline_parses_and_the_recipe_adds_up_to_913786_rows() {
     let weights: Vec<f64> = config
         .sources
         .iter()
-        .map(|s| s.weight.unwrap_or_else(|| panic!("`{}` has no weight", s.name)))
+        .map(|s| {
+            s.weight
+                .unwrap_or_else(|| panic!("`{}` has no weight", s.name))
+        })
         .collect();
     let quotas = chatshards::curate::select::largest_remainder(mix.total, &weights);
     let counts: Vec<u64> = weights.iter().map(|w| *w as u64).collect();

@@ -50,7 +50,7 @@
 
 use super::calls::trailing_xml_functions;
 use super::fields::{
-    content_text, kind, list_or_json_string, message_role, optional_str, tool_call,
+    has_calls, kind, list_or_json_string, message_content, message_role, optional_str, tool_call,
 };
 use super::openai::parse_role;
 use super::{tools, Repairs, Row};
@@ -72,7 +72,9 @@ enum Shape {
 
 impl AgenticAdapter {
     pub fn adapt(&self, row: &Row, repairs: &mut Repairs) -> Result<Conversation, Reject> {
-        let mut messages = match shape(row)? {
+        let shape = shape(row)?;
+        let converted_shape = matches!(shape, Shape::SweAgent);
+        let mut messages = match shape {
             Shape::Thoughtworks => {
                 // A JSON string by definition: parsing it is no repair.
                 let raw = required_list(row, "messages_json", &mut Repairs::new())?;
@@ -101,7 +103,13 @@ impl AgenticAdapter {
             }
             Shape::SweAgent => swe_agent(row, repairs)?,
         };
-        text_calls_and_observations(&mut messages, repairs);
+        text_calls(&mut messages, repairs);
+        // Tool turns the source wrote as such must answer a call (the SWE-agent shape has
+        // none: its observations are user items, turned into tool responses above).
+        if !converted_shape {
+            tools::check_orphans(&messages)?;
+        }
+        observations(&mut messages, repairs);
         let mut tool_list = Vec::new();
         let column = list_or_json_string(row, "tools", &mut Repairs::new())
             .map_err(|r| Reject::new(RejectReason::InvalidTools, r.message))?;
@@ -112,6 +120,14 @@ impl AgenticAdapter {
         }
         if nulls {
             repairs.push(Repair::ToolSchemaNullsDropped);
+        }
+        let listed = system_tool_listing(&mut messages, !tool_list.is_empty(), repairs);
+        for (i, t) in listed.into_iter().enumerate() {
+            tool_list.push(tools::normalize(
+                t,
+                &format!("system prompt tools[{i}]"),
+                repairs,
+            )?);
         }
         tools::dedupe(&mut tool_list, &messages, repairs);
         Ok(Conversation {
@@ -203,7 +219,13 @@ fn message(value: &Value, field: &str, repairs: &mut Repairs) -> Result<Message,
             )
         })?,
     };
-    let content = content_text(m.get("content"), &format!("{field}.content"), repairs)?;
+    let makes_calls = role == Role::Assistant && has_calls(m, &["tool_calls", "tool_calls_json"]);
+    let content = message_content(
+        m.get("content"),
+        &format!("{field}.content"),
+        makes_calls,
+        repairs,
+    )?;
     let mut message = Message::new(role, content);
     match role {
         Role::Assistant => {
@@ -268,19 +290,27 @@ fn swe_agent(row: &Row, repairs: &mut Repairs) -> Result<Vec<Message>, Reject> {
             )
         })?;
         let text = optional_str(item, "text")?;
+        let required_text = || {
+            text.ok_or_else(|| {
+                Reject::new(
+                    RejectReason::MissingField,
+                    format!("`{field}.text` is missing or null"),
+                )
+            })
+        };
         match role {
             "system" => {
                 let prompt = optional_str(item, "system_prompt")?.or(text).unwrap_or("");
                 messages.push(Message::system(prompt));
             }
             "user" if seen_ai => {
-                messages.push(Message::tool(text.unwrap_or("")));
+                messages.push(Message::tool(required_text()?));
                 converted = true;
             }
-            "user" => messages.push(Message::user(text.unwrap_or(""))),
+            "user" => messages.push(Message::user(required_text()?)),
             "ai" | "assistant" => {
                 seen_ai = true;
-                messages.push(Message::assistant(text.unwrap_or("")));
+                messages.push(Message::assistant(required_text()?));
             }
             other => {
                 return Err(Reject::new(
@@ -296,13 +326,10 @@ fn swe_agent(row: &Row, repairs: &mut Repairs) -> Result<Vec<Message>, Reject> {
     Ok(messages)
 }
 
-/// XML calls written in assistant text become calls; `OBSERVATION:` user turns after an
-/// assistant turn become tool responses.
-fn text_calls_and_observations(messages: &mut [Message], repairs: &mut Repairs) {
+/// XML calls written at the end of assistant text become calls.
+fn text_calls(messages: &mut [Message], repairs: &mut Repairs) {
     let mut parsed = false;
-    let mut converted = false;
-    for i in 0..messages.len() {
-        let m = &mut messages[i];
+    for m in messages.iter_mut() {
         if m.role == Role::Assistant && m.tool_calls.is_empty() {
             if let Some((before, calls)) = trailing_xml_functions(&m.content) {
                 m.content = py_trim(before).to_owned();
@@ -310,21 +337,80 @@ fn text_calls_and_observations(messages: &mut [Message], repairs: &mut Repairs) 
                 parsed = true;
             }
         }
-        let after_assistant = i > 0 && messages[i - 1].role == Role::Assistant;
-        let m = &mut messages[i];
-        if m.role == Role::User
-            && after_assistant
-            && py_trim(&m.content).starts_with("OBSERVATION:")
-        {
-            m.role = Role::Tool;
-            converted = true;
-        }
     }
     if parsed {
         repairs.push(Repair::TextToolCallParsed);
     }
+}
+
+/// A user turn that answers an assistant turn's unanswered call, whatever its wording (SWE-smith:
+/// "Your command ran successfully and did not produce any output."), or that starts with
+/// `OBSERVATION:` right after an assistant turn, becomes a tool response (with the call's id
+/// when it has one).
+fn observations(messages: &mut [Message], repairs: &mut Repairs) {
+    let mut converted = false;
+    // Ids of the calls of the last assistant turn not answered yet (`None`: a call without id).
+    let mut pending: std::collections::VecDeque<Option<String>> = Default::default();
+    for i in 0..messages.len() {
+        let after_assistant = i > 0 && messages[i - 1].role == Role::Assistant;
+        let m = &mut messages[i];
+        match m.role {
+            Role::Assistant => {
+                pending = m.tool_calls.iter().map(|c| c.id.clone()).collect();
+            }
+            Role::Tool => {
+                pending.pop_front();
+            }
+            Role::User => {
+                let observation =
+                    after_assistant && py_trim(&m.content).starts_with("OBSERVATION:");
+                if let Some(call) = pending.pop_front() {
+                    m.role = Role::Tool;
+                    if m.tool_call_id.is_none() {
+                        m.tool_call_id = call;
+                    }
+                    converted = true;
+                } else if observation {
+                    m.role = Role::Tool;
+                    converted = true;
+                } else {
+                    // A real query: whatever was waiting is not answered any more.
+                    pending.clear();
+                }
+            }
+            Role::System => {}
+        }
+    }
     if converted {
         repairs.push(Repair::ObservationsAsTool);
+    }
+}
+
+/// A function listing in the system prompt (SWE-agent / OpenHands' `---- BEGIN FUNCTION #1`
+/// blocks) becomes the row's tools and leaves the system text (with its call-format
+/// instructions: the template writes its own), when the row has no tools column of its own;
+/// one that cannot be parsed exactly stays in the text and is counted.
+fn system_tool_listing(
+    messages: &mut [Message],
+    has_tools: bool,
+    repairs: &mut Repairs,
+) -> Vec<Value> {
+    use super::fn_listing::{extract, Listing};
+    let Some(system) = messages.first_mut().filter(|m| m.role == Role::System) else {
+        return Vec::new();
+    };
+    match extract(&system.content) {
+        Listing::None => Vec::new(),
+        Listing::Parsed { tools, text } if !has_tools => {
+            system.content = text;
+            repairs.push(Repair::ToolListingParsed);
+            tools
+        }
+        // Unparseable, or declared twice (the column is what the calls were made against).
+        Listing::Parsed { .. } | Listing::Unparsed => {
+            repairs.push(Repair::ToolListingKept);
+            Vec::new()
+        }
     }
 }
 

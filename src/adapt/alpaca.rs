@@ -4,8 +4,8 @@
 //! | outcome | code | when |
 //! |---|---|---|
 //! | reject | `missing_field` / `invalid_field` | `instruction` or `output` absent, null or not a string |
-//! | reject | `answer_in_input` | `output` empty (after trimming) while `input` is not: CodeAlpaca's answer-in-input quirk; moving `input` to the answer would be a guess |
-//! | reject | `empty_response` | `output` empty (a fully empty row included) |
+//! | reject | `answer_in_input` | `output` empty (after trimming) while `input` is not and the instruction does not refer to an input (`following`, `given`, `below`, ...): CodeAlpaca's answer-in-input quirk; moving `input` to the answer would be a guess |
+//! | reject | `empty_response` | `output` empty otherwise (a fully empty row, or an `input` the instruction works on) |
 //! | reject | `empty_prompt` | `instruction` and `input` both empty |
 //!
 //! An empty or absent `system` means no system message.
@@ -46,7 +46,7 @@ impl AlpacaAdapter {
         let has_input = !py_trim(input).is_empty();
         if py_trim(output).is_empty() {
             return Err(match (&self.input, has_input) {
-                (Some(input), true) => Reject::new(
+                (Some(input), true) if !refers_to_input(instruction) => Reject::new(
                     RejectReason::AnswerInInput,
                     format!(
                         "field `{}` is empty while `{input}` is not (the answer is likely in `{input}`)",
@@ -88,4 +88,22 @@ impl AlpacaAdapter {
             tools: Vec::new(),
         })
     }
+}
+
+/// Whether an instruction works on an input of its own ("Edit the following code", "Sort the
+/// given list"): then a non-empty `input` is that input, not a misplaced answer.
+fn refers_to_input(instruction: &str) -> bool {
+    let lower = instruction.to_lowercase();
+    const WORDS: [&str; 9] = [
+        "following",
+        "given",
+        "below",
+        "above",
+        "provided",
+        "input",
+        "these",
+        "this code",
+        "this program",
+    ];
+    WORDS.iter().any(|w| lower.contains(w))
 }

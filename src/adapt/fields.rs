@@ -85,13 +85,44 @@ pub fn list_or_json_string(
 
 /// Content as text: a string, `null`, or a list of text parts (joined with no separator,
 /// exactly as the Qwen templates render them). Image, video and audio parts are rejected.
+/// A message's content where an assistant turn that makes calls may have none (OpenAI format:
+/// `"content": null` beside `tool_calls`): that is an empty string; anywhere else a missing or
+/// null content is rejected (`missing_field`).
+pub fn message_content(
+    value: Option<&Value>,
+    field: &str,
+    makes_calls: bool,
+    repairs: &mut Repairs,
+) -> Result<String, Reject> {
+    match value {
+        None | Some(Value::Null) if makes_calls => Ok(String::new()),
+        other => content_text(other, field, repairs),
+    }
+}
+
+/// Whether a message object carries a non-empty list of calls under any of `keys` (a list,
+/// or a JSON string of one), or a legacy `function_call` object.
+pub fn has_calls(m: &Map<String, Value>, keys: &[&str]) -> bool {
+    keys.iter().any(|k| match m.get(*k) {
+        Some(Value::Array(a)) => !a.is_empty(),
+        Some(Value::String(s)) => {
+            matches!(serde_json::from_str::<Value>(s), Ok(Value::Array(a)) if !a.is_empty())
+        }
+        _ => false,
+    }) || m.get("function_call").is_some_and(Value::is_object)
+}
+
 pub fn content_text(
     value: Option<&Value>,
     field: &str,
     repairs: &mut Repairs,
 ) -> Result<String, Reject> {
     match value {
-        None | Some(Value::Null) => Ok(String::new()),
+        // Kept as an empty string it would train an empty turn the data never had.
+        None | Some(Value::Null) => Err(Reject::new(
+            RejectReason::MissingField,
+            format!("`{field}` is missing or null"),
+        )),
         Some(Value::String(s)) => Ok(s.clone()),
         Some(Value::Array(parts)) => {
             let mut text = String::new();

@@ -14,6 +14,7 @@ mod agentic;
 mod alpaca;
 mod calls;
 mod fields;
+mod fn_listing;
 mod glaive;
 mod hermes;
 mod openai;
@@ -63,7 +64,7 @@ impl Adapter {
     /// Adapts one row. `row` is the whole record as read from the file.
     pub fn adapt(&self, row: &Value, repairs: &mut Repairs) -> Result<Conversation, Reject> {
         let object = as_row(row)?;
-        match self {
+        let conversation = match self {
             Adapter::OpenAi(a) => a.adapt(object, repairs),
             Adapter::ShareGpt(a) => a.adapt(object, repairs),
             Adapter::Alpaca(a) => a.adapt(object, repairs),
@@ -74,7 +75,13 @@ impl Adapter {
             Adapter::Qwen35Fc(a) => a.adapt(object, repairs),
             Adapter::Hermes(a) => a.adapt(object, repairs),
             Adapter::Xlam(a) => a.adapt(object, repairs),
+        }?;
+        // The agentic adapter checks the tool turns of the source itself: the observations it
+        // turns into tool responses answer calls written in text, or none.
+        if !matches!(self, Adapter::Agentic(_)) {
+            tools::check_orphans(&conversation.messages)?;
         }
+        Ok(conversation)
     }
 
     /// The adapter-level filter: `Some(reason)` for a row its options leave out.
@@ -104,6 +111,7 @@ impl Adapter {
         if let (Adapter::OpenAi(a), Record::Line(line)) = (self, &record) {
             if let Some((conversation, done)) = a.adapt_line(line) {
                 repairs.extend(done);
+                tools::check_orphans(&conversation.messages)?;
                 return Ok(conversation);
             }
         }

@@ -2,7 +2,7 @@
 //! Tools are kept exactly as given (they are what the template renders).
 
 use super::fields::{
-    content_text, kind, list_or_json_string, message_role, optional_str, tool_call,
+    has_calls, kind, list_or_json_string, message_content, message_role, optional_str, tool_call,
 };
 use super::{Repairs, Row};
 use crate::conversation::{Conversation, Message, Role};
@@ -88,7 +88,13 @@ fn message(value: &Value, field: &str, repairs: &mut Repairs) -> Result<Message,
             format!("`{field}.role` is `{role}`; expected system, user, assistant or tool"),
         )
     })?;
-    let content = content_text(m.get("content"), &format!("{field}.content"), repairs)?;
+    let makes_calls = role == Role::Assistant && has_calls(m, &["tool_calls"]);
+    let content = message_content(
+        m.get("content"),
+        &format!("{field}.content"),
+        makes_calls,
+        repairs,
+    )?;
     let mut message = Message::new(role, content);
     match role {
         Role::Assistant => {
@@ -164,7 +170,15 @@ impl TypedMessage<'_> {
     /// What `message` makes of the same object; `None` where it would reject.
     fn into_message(self, index: usize, repairs: &mut Repairs) -> Option<Message> {
         let role = parse_role(&self.role)?;
-        let mut message = Message::new(role, self.content.unwrap_or_default());
+        let makes_calls =
+            role == Role::Assistant && self.tool_calls.as_ref().is_some_and(|c| !c.is_empty());
+        // No content is only valid beside calls; `message` rejects the rest.
+        let content = match self.content {
+            Some(c) => c,
+            None if makes_calls => Cow::Borrowed(""),
+            None => return None,
+        };
+        let mut message = Message::new(role, content);
         match role {
             Role::Assistant => {
                 message.reasoning = [self.reasoning_content, self.reasoning, self.thinking]

@@ -196,6 +196,38 @@ pub fn check_declared(tools: &[Value], messages: &[Message]) -> Result<(), Rejec
     Ok(())
 }
 
+/// Rejects a tool response that no call is waiting for: one after a turn with no calls, or
+/// beyond the calls of the assistant turn before it (`orphan_tool_response`), whatever the
+/// format. A conversation that opens with tool responses is left to validation (which rejects
+/// it as `invalid_field`).
+pub fn check_orphans(messages: &[Message]) -> Result<(), Reject> {
+    let mut pending = 0usize;
+    let mut opened = false;
+    for (i, m) in messages.iter().enumerate() {
+        match m.role {
+            Role::Assistant => {
+                pending = m.tool_calls.len();
+                opened = true;
+            }
+            Role::Tool if opened => {
+                if pending == 0 {
+                    return Err(Reject::new(
+                        RejectReason::OrphanToolResponse,
+                        format!("message {i} is a tool response, but no call is waiting for one"),
+                    ));
+                }
+                pending -= 1;
+            }
+            Role::Tool | Role::System => {}
+            Role::User => {
+                pending = 0;
+                opened = true;
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Gives id-less calls `call_N` ids and pairs each tool response with the oldest unanswered
 /// call of the assistant turn before it (filling its `tool_call_id` and `name`). A tool
 /// response with no call left to answer is rejected.

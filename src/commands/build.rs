@@ -163,6 +163,7 @@ fn build(
             plan.rows_per_shard,
             source_names,
             &settled.excluded,
+            plan.mask.dtype,
         );
         let side = match side.join() {
             Ok(side) => side,
@@ -180,7 +181,10 @@ fn build(
     let dataset_sha256 = identity::dataset_sha256(shards.iter().map(|s| s.sha256.as_str()));
     write_file(
         &staging.join("dataset_info.json"),
-        &write::dataset_info_json(&format!("{} (built by chatshards)", plan.name)),
+        &write::dataset_info_json(
+            &format!("{} (built by chatshards)", plan.name),
+            plan.mask.dtype,
+        ),
     )?;
     write_file(
         &staging.join("state.json"),
@@ -249,6 +253,7 @@ pub fn processor(plan: &Plan) -> Result<(RowProcessor, BackendReport)> {
     }
     let tokenizer = std::sync::Arc::new(tokenizer);
     let validator = Validator::new(&tokenizer.forbidden);
+    let mask = crate::process::mask_rule(&plan.mask, &renderer, &tokenizer)?;
     let processor = RowProcessor {
         renderer,
         tokenizer,
@@ -257,6 +262,7 @@ pub fn processor(plan: &Plan) -> Result<(RowProcessor, BackendReport)> {
         max_tokens: plan.max_tokens,
         length_policy: plan.length_policy,
         min_supervised_tokens: plan.min_supervised_tokens,
+        mask,
         verify_basis_points: report
             .needs_spot_checks()
             .then_some(plan.verify_basis_points),
@@ -294,6 +300,7 @@ fn write_shards(
     rows_per_shard: usize,
     sources: Arc<Vec<String>>,
     excluded: &std::collections::HashSet<String>,
+    mask_dtype: crate::tokenize::mask_config::MaskDtype,
 ) -> Result<Vec<write::ShardSummary>> {
     let count = total_rows.div_ceil(rows_per_shard as u64) as usize;
     let buckets = spill.finish()?;
@@ -327,7 +334,7 @@ fn write_shards(
         });
         scope.spawn(move || {
             let (mut shard, mut in_shard, mut seen) = (0usize, 0usize, 0u64);
-            let mut builder = BatchBuilder::default();
+            let mut builder = BatchBuilder::new(mask_dtype);
             let mut encoder: Option<ShardEncoder> = None;
             let arrow_err = |shard: usize, message: String| WriteError::Arrow {
                 path: dir.join(shard_name(shard, count)),
@@ -371,7 +378,7 @@ fn write_shards(
                         let batch = builder.finish()?;
                         let enc = match encoder.as_mut() {
                             Some(enc) => enc,
-                            None => encoder.insert(ShardEncoder::new()?),
+                            None => encoder.insert(ShardEncoder::new(mask_dtype)?),
                         };
                         let mut bytes = enc.encode(&batch)?;
                         if ends_shard {
@@ -646,6 +653,7 @@ fn manifest(
         settings: Settings {
             seed: plan.seed,
             render_policy: plan.policy,
+            mask: plan.mask,
             template_kwargs: plan.template.kwargs.clone(),
             max_tokens: plan.max_tokens,
             length_policy: plan.length_policy,
@@ -764,6 +772,7 @@ mod tests {
                 per_shard,
                 Arc::new(vec![]),
                 &Default::default(),
+                Default::default(),
             )
             .expect("write");
             let sizes: Vec<u64> = shards.iter().map(|s| s.rows).collect();

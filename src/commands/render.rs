@@ -100,6 +100,7 @@ pub fn processor(
         max_tokens: usize::MAX,
         length_policy: LengthPolicy::Drop,
         min_supervised_tokens: 0,
+        mask: crate::tokenize::mask::MaskRule::standard(),
         verify_basis_points: None,
         render_verify_basis_points: None,
     })
@@ -117,7 +118,7 @@ pub fn render_line(processor: &RowProcessor, adapter: &Adapter, line: &str) -> V
     let row = |r: &Tokenized| json!({"text": r.text, "input_ids": r.ids, "loss_mask": r.mask});
     match result {
         Err(reject) => json!({"error": {"code": reject.reason.code(), "message": reject.message}}),
-        Ok(rows) if processor.policy == RenderPolicy::Expand => {
+        Ok(rows) if matches!(processor.policy, RenderPolicy::Expand | RenderPolicy::Turns) => {
             json!({"rows": rows.iter().map(row).collect::<Vec<_>>()})
         }
         Ok(rows) => match rows.first() {

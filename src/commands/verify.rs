@@ -78,13 +78,18 @@ pub fn check(out: &OutputDir) -> Result<()> {
 
     let info = read_json(&dir.join("dataset_info.json"))?;
     let features = &info["features"];
-    if features != &crate::write::features() {
+    // The `loss_mask` dtype is a build setting (`mask.dtype`): the features say which.
+    use crate::tokenize::mask_config::MaskDtype;
+    let Some(dtype) = [MaskDtype::Int8, MaskDtype::Bool]
+        .into_iter()
+        .find(|&d| features == &crate::write::features(d))
+    else {
         bail!(
             "`{}`: the features are not chatshards' columns: {features}",
             shown("dataset_info.json")
         );
-    }
-    let expected = crate::write::schema();
+    };
+    let expected = crate::write::schema(dtype);
     for s in &m.shards {
         let path = dir.join(&s.file);
         if !path.is_file() {

@@ -73,6 +73,8 @@ pub struct KeptWork {
     pub tokens: u64,
     pub supervised_tokens: u64,
     pub truncated_rows: u32,
+    /// Rows whose mask had a span edge inside a token.
+    pub boundary_merged_rows: u32,
     pub repairs: Box<[Repair]>,
     pub encoder_checked: bool,
     pub renderer_checked: bool,
@@ -692,6 +694,7 @@ fn add_kept(stats: &mut SourceStats, k: &KeptWork, original: bool) {
     stats.tokens += k.tokens;
     stats.supervised_tokens += k.supervised_tokens;
     stats.truncated_rows += u64::from(k.truncated_rows);
+    stats.mask_boundary_merged += u64::from(k.boundary_merged_rows);
     if original {
         stats.encoder_checked_rows += u64::from(k.encoder_checked);
         stats.renderer_checked_rows += u64::from(k.renderer_checked);

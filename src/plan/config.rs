@@ -23,6 +23,10 @@ pub struct PipelineConfig {
     pub template: TemplateConfig,
     #[serde(default)]
     pub render: RenderConfig,
+    /// Loss-mask conventions (`mask:`): end-of-turn tokens, think prefill, boundary rule,
+    /// dtype, or a peer's preset.
+    #[serde(default)]
+    pub mask: crate::tokenize::mask_config::MaskConfig,
     /// Longest row kept, in tokens (at least 1).
     #[serde(default = "default_max_tokens", deserialize_with = "at_least_one")]
     pub max_tokens: usize,
@@ -113,8 +117,9 @@ pub struct TemplateConfig {
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RenderConfig {
+    /// `None` when not written: `expand`, or what `mask.preset` sets.
     #[serde(default)]
-    pub policy: RenderPolicy,
+    pub policy: Option<RenderPolicy>,
 }
 
 /// Which assistant turns are supervised, and how many rows a conversation yields.
@@ -130,6 +135,9 @@ pub enum RenderPolicy {
     /// for single-query conversations (agentic data), so those never multiply.
     #[default]
     Expand,
+    /// One row per assistant turn (speculators 0.9's render-boundary rows): the conversation up
+    /// to that turn, rendered as inference sees it, supervising that turn only.
+    Turns,
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, serde::Serialize)]

@@ -37,6 +37,8 @@ pub struct Plan {
     /// Whether recurring segments are encoded once (`tokenizer.segment_cache`).
     pub segment_cache: bool,
     pub policy: RenderPolicy,
+    /// The `mask:` settings, a preset resolved.
+    pub mask: crate::tokenize::mask_config::MaskSettings,
     pub max_tokens: usize,
     pub length_policy: LengthPolicy,
     pub min_supervised_tokens: usize,
@@ -305,6 +307,13 @@ pub fn compile(path: &Path, access: HubAccess) -> Result<Plan, PlanError> {
             errors.push(e);
         }
     }
+    let (mask, policy) = config
+        .mask
+        .resolve(config.render.policy)
+        .unwrap_or_else(|e| {
+            errors.push(e);
+            Default::default()
+        });
     match (template, errors.is_empty()) {
         (Some(template), true) => Ok(Plan {
             name: config.name,
@@ -318,7 +327,8 @@ pub fn compile(path: &Path, access: HubAccess) -> Result<Plan, PlanError> {
             tokenizer_backend: config.tokenizer.backend,
             verify_basis_points: (config.tokenizer.verify_percent * 100.0).round() as u32,
             segment_cache: config.tokenizer.segment_cache,
-            policy: config.render.policy,
+            policy,
+            mask,
             max_tokens: config.max_tokens,
             length_policy: config.length_policy,
             min_supervised_tokens: config.min_supervised_tokens,

@@ -11,6 +11,11 @@ use std::ops::Range;
 pub struct RowSpec {
     pub end: usize,
     pub supervise: Range<usize>,
+    /// Ordinal of the first assistant turn after the row's last real query. Every later row of
+    /// the conversation renders the text before that turn's header exactly as this row does
+    /// (it is all history there), so its token count bounds every later row's length from
+    /// below: once it passes `max_tokens`, no later row can fit.
+    pub shared: usize,
 }
 
 /// Plans the rows of a validated conversation (it ends with an assistant turn and has a query).
@@ -29,12 +34,14 @@ pub fn plan_rows(conversation: &Conversation, policy: RenderPolicy) -> Vec<RowSp
         RenderPolicy::All => vec![RowSpec {
             end: messages.len(),
             supervise: 0..count,
+            shared: 0,
         }],
         RenderPolicy::Last => {
             let last_query = queries.last().copied().unwrap_or(0);
             vec![RowSpec {
                 end: messages.len(),
                 supervise: ordinal[last_query]..count,
+                shared: ordinal[last_query],
             }]
         }
         RenderPolicy::Expand => {
@@ -50,7 +57,31 @@ pub fn plan_rows(conversation: &Conversation, policy: RenderPolicy) -> Vec<RowSp
                 rows.push(RowSpec {
                     end: last + 1,
                     supervise: ordinal[q]..ordinal[last + 1],
+                    shared: ordinal[q],
                 });
+            }
+            rows
+        }
+        RenderPolicy::Turns => {
+            // Turns before the first real query have no prompt the template accepts.
+            let Some(&first_query) = queries.first() else {
+                return Vec::new();
+            };
+            let mut query = first_query;
+            let mut next = 1;
+            let mut rows = Vec::new();
+            for i in first_query..messages.len() {
+                if queries.get(next) == Some(&i) {
+                    query = i;
+                    next += 1;
+                }
+                if messages[i].role == Role::Assistant {
+                    rows.push(RowSpec {
+                        end: i + 1,
+                        supervise: ordinal[i]..ordinal[i] + 1,
+                        shared: ordinal[query],
+                    });
+                }
             }
             rows
         }
@@ -87,11 +118,13 @@ mod tests {
             vec![
                 RowSpec {
                     end: 3,
-                    supervise: 0..1
+                    supervise: 0..1,
+                    shared: 0
                 },
                 RowSpec {
                     end: 9,
-                    supervise: 1..4
+                    supervise: 1..4,
+                    shared: 1
                 },
             ]
         );
@@ -99,14 +132,16 @@ mod tests {
             plan_rows(&c, RenderPolicy::All),
             vec![RowSpec {
                 end: 9,
-                supervise: 0..4
+                supervise: 0..4,
+                shared: 0
             }]
         );
         assert_eq!(
             plan_rows(&c, RenderPolicy::Last),
             vec![RowSpec {
                 end: 9,
-                supervise: 1..4
+                supervise: 1..4,
+                shared: 1
             }]
         );
     }
@@ -118,7 +153,8 @@ mod tests {
             plan_rows(&c, RenderPolicy::Expand),
             vec![RowSpec {
                 end: 13,
-                supervise: 0..6
+                supervise: 0..6,
+                shared: 0
             }]
         );
     }
@@ -131,9 +167,21 @@ mod tests {
             plan_rows(&c, RenderPolicy::Expand),
             vec![RowSpec {
                 end: 4,
-                supervise: 0..2
+                supervise: 0..2,
+                shared: 0
             }]
         );
+    }
+
+    #[test]
+    fn turns_yield_one_row_per_assistant_turn_after_the_first_query() {
+        let c = conversation("sauatauua");
+        let rows = plan_rows(&c, RenderPolicy::Turns);
+        let got: Vec<(usize, Range<usize>, usize)> = rows
+            .into_iter()
+            .map(|r| (r.end, r.supervise, r.shared))
+            .collect();
+        assert_eq!(got, vec![(4, 1..2, 1), (6, 2..3, 1), (9, 3..4, 3)]);
     }
 
     #[test]
@@ -144,11 +192,13 @@ mod tests {
             vec![
                 RowSpec {
                     end: 3,
-                    supervise: 0..1
+                    supervise: 0..1,
+                    shared: 0
                 },
                 RowSpec {
                     end: 5,
-                    supervise: 1..2
+                    supervise: 1..2,
+                    shared: 1
                 },
             ]
         );

@@ -35,6 +35,9 @@ pub struct SourceStats {
     pub supervised_tokens: u64,
     /// Output rows cut at a turn boundary by `length_policy: truncate`.
     pub truncated_rows: u64,
+    /// Output rows where a supervised span's edge fell inside a token (the header's newline
+    /// merged with content starting with whitespace), decided by `mask.boundary`.
+    pub mask_boundary_merged: u64,
     /// Source rows whose ids were also computed with the `tokenizers` crate and matched.
     pub encoder_checked_rows: u64,
     /// Source rows whose native render was also made with minijinja and matched.
@@ -84,6 +87,7 @@ impl AddAssign<&SourceStats> for SourceStats {
         self.tokens += o.tokens;
         self.supervised_tokens += o.supervised_tokens;
         self.truncated_rows += o.truncated_rows;
+        self.mask_boundary_merged += o.mask_boundary_merged;
         self.encoder_checked_rows += o.encoder_checked_rows;
         self.renderer_checked_rows += o.renderer_checked_rows;
     }

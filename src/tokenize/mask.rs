@@ -1,8 +1,12 @@
 //! The loss mask: 1 on every token of a supervised assistant turn after its header
 //! `<|im_start|>assistant\n` (think block, content, tool-call XML) through `<|im_end|>` and the
-//! newline after it; 0 elsewhere. Computed in token space in one linear pass, then verified
-//! against the same spans found independently in the text.
+//! newline after it; 0 elsewhere (the `mask:` settings can leave out the end-of-turn tokens and
+//! the template's think prefill). A token the span's edge falls into (the header's newline
+//! merged with a reply's leading whitespace) is supervised when its first character is in the
+//! span (`first_char`, default) or when any is (`any_overlap`). Computed in token space in one
+//! linear pass, then verified against the same spans found independently in the text.
 
+use super::mask_config::{Boundary, MaskSettings};
 use super::vocab::{TokenBytes, TokenizerError};
 use super::Encoder;
 use std::ops::Range;
@@ -48,6 +52,58 @@ impl ChatMarkers {
     }
 }
 
+/// How the mask is drawn inside each supervised assistant turn: the settings of the `mask:`
+/// section, with the template's think prefill as text and ids.
+#[derive(Debug, Clone)]
+pub struct MaskRule {
+    pub boundary: Boundary,
+    /// Supervise `<|im_end|>` and the newline after it.
+    pub end_of_turn: bool,
+    /// Text at the start of an assistant turn left unsupervised (the template's generation
+    /// prompt tail, e.g. `<think>\n`), when the settings say so and the template writes one.
+    pub prefill: Option<Prefill>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Prefill {
+    pub text: String,
+    pub ids: Vec<u32>,
+}
+
+impl MaskRule {
+    /// Today's default: every token of the turn after the header through `<|im_end|>\n`,
+    /// first-character boundary rule.
+    pub fn standard() -> Self {
+        MaskRule {
+            boundary: Boundary::FirstChar,
+            end_of_turn: true,
+            prefill: None,
+        }
+    }
+
+    /// The rule for `settings`; `prefill` is the text the template writes after the assistant
+    /// header of a generation prompt (ignored when the settings supervise it).
+    pub fn new(
+        settings: &MaskSettings,
+        prefill: &str,
+        encoder: &dyn Encoder,
+    ) -> Result<Self, String> {
+        let prefill = if settings.think_prefill || prefill.is_empty() {
+            None
+        } else {
+            Some(Prefill {
+                text: prefill.to_owned(),
+                ids: encoder.encode(prefill)?,
+            })
+        };
+        Ok(MaskRule {
+            boundary: settings.boundary,
+            end_of_turn: settings.end_of_turn,
+            prefill,
+        })
+    }
+}
+
 /// An assistant turn located in token space.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct AssistantBlock {
@@ -58,33 +114,80 @@ pub struct AssistantBlock {
     pub supervised: bool,
 }
 
+/// Where the marker `want` (a token sequence) starts at `ids[at..]`: `Some(false)` when its
+/// tokens are there as they are, `Some(true)` when its last token is merged with text after it
+/// into one longer token (the tokenizer joins a newline with the whitespace that follows).
+fn marker_at(ids: &[u32], at: usize, want: &[u32], bytes: &TokenBytes) -> Option<bool> {
+    let (&last, lead) = want.split_last()?;
+    let rest = ids.get(at..)?;
+    if !rest.starts_with(lead) {
+        return None;
+    }
+    let &next = rest.get(lead.len())?;
+    if next == last {
+        return Some(false);
+    }
+    let (merged, tail) = (bytes.get(next), bytes.get(last));
+    (merged.len() > tail.len() && merged.starts_with(tail)).then_some(true)
+}
+
+/// What [`compute`] found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Computed {
+    pub mask: Vec<u8>,
+    pub blocks: Vec<AssistantBlock>,
+    /// A supervised span's edge fell inside a token (decided by the boundary rule).
+    pub boundary_merged: bool,
+}
+
 /// Computes the mask for the assistant turns whose ordinal (0-based, in render order) is in
-/// `supervise`. Returns the mask and every assistant block found.
+/// `supervise`, in token space: headers and `<|im_end|>` are found by their ids; a header
+/// whose newline the tokenizer merged with the reply's leading whitespace is found by the
+/// merged token's first bytes, and that token is decided by the rule's boundary.
 pub fn compute(
     ids: &[u32],
     markers: &ChatMarkers,
+    bytes: &TokenBytes,
+    rule: &MaskRule,
     supervise: &Range<usize>,
-) -> (Vec<u8>, Vec<AssistantBlock>) {
+) -> Computed {
     let mut mask = vec![0u8; ids.len()];
     let mut blocks = Vec::new();
+    let mut boundary_merged = false;
     let header = markers.header_ids.as_slice();
     let Some(&first) = header.first() else {
-        return (mask, blocks);
+        return Computed {
+            mask,
+            blocks,
+            boundary_merged,
+        };
     };
+    let overlap = rule.boundary == Boundary::AnyOverlap;
     let mut i = 0;
     while i < ids.len() {
         // The first id alone rules out nearly every position, without a slice compare.
-        if ids[i] != first || !ids[i..].starts_with(header) {
+        if ids[i] != first {
             i += 1;
             continue;
         }
-        let content_start = i + header.len();
-        let mut j = content_start;
+        let Some(header_merged) = marker_at(ids, i, header, bytes) else {
+            i += 1;
+            continue;
+        };
+        // The first token wholly after the header; a merged one starts in the header.
+        let after_header = i + header.len();
+        let mut start = if header_merged && overlap {
+            after_header - 1
+        } else {
+            after_header
+        };
+        let mut j = after_header.min(ids.len());
         while j < ids.len() && ids[j] != markers.end_id {
             j += 1;
         }
         // An open header with no `<|im_end|>` (a generation prompt) is not a turn.
         let closed = j < ids.len();
+        let end_id_at = j;
         if closed {
             j += 1;
             if ids.get(j) == Some(&markers.newline_id) {
@@ -93,16 +196,31 @@ pub fn compute(
         }
         let supervised = closed && supervise.contains(&blocks.len());
         if supervised {
-            mask[content_start..j].fill(1);
+            boundary_merged |= header_merged;
+            if let (Some(p), false) = (&rule.prefill, header_merged) {
+                if let Some(merged) = marker_at(ids, after_header, &p.ids, bytes) {
+                    let past = after_header + p.ids.len();
+                    start = if merged && overlap { past - 1 } else { past };
+                    boundary_merged |= merged;
+                }
+            }
+            let stop = if rule.end_of_turn { j } else { end_id_at };
+            if start < stop {
+                mask[start..stop].fill(1);
+            }
         }
         blocks.push(AssistantBlock {
             start: i,
             end: j,
             supervised,
         });
-        i = j;
+        i = j.max(i + 1);
     }
-    (mask, blocks)
+    Computed {
+        mask,
+        blocks,
+        boundary_merged,
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -115,29 +233,41 @@ pub enum MaskError {
     SpanMismatch { token: usize, got: u8 },
 }
 
-/// Checks that `ids` decode to exactly `text` and that the masked tokens are exactly the
-/// supervised assistant spans of the text (header excluded, `<|im_end|>` + newline included).
+/// What [`verify`] saw in a row that passed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Verified {
+    /// A token crosses the edge of a supervised span (its mask is the boundary rule's).
+    pub boundary_merged: bool,
+}
+
+/// Checks that `ids` decode to exactly `text` and that every token's mask is what the rule
+/// gives for the supervised spans found in the text by string search: with `first_char` a
+/// token is 1 exactly when its first byte lies in a span, with `any_overlap` exactly when any
+/// of its bytes does. Every token's mask is decided, so any wrong mask, missing or extra token
+/// is an error; only the one token an edge falls into depends on the rule.
 pub fn verify(
     text: &str,
     ids: &[u32],
     mask: &[u8],
     bytes: &TokenBytes,
     markers: &ChatMarkers,
+    rule: &MaskRule,
     supervise: &Range<usize>,
-) -> Result<(), MaskError> {
-    let spans = text_spans(text, markers, supervise);
+) -> Result<Verified, MaskError> {
+    let spans = text_spans(text, markers, rule, supervise);
     if decodes_with_span_mask(text.as_bytes(), ids, mask, bytes, &spans) {
-        return Ok(());
+        return Ok(Verified::default());
     }
-    // Only for a row that fails: the token-by-token walk names the first bad token.
-    first_bad_token(text.as_bytes(), ids, mask, bytes, &spans)
+    // A row whose mask does not switch exactly at the spans' edges: the token-by-token walk
+    // either names the first bad token or finds edges inside tokens, decided by the rule.
+    first_bad_token(text.as_bytes(), ids, mask, bytes, &spans, rule.boundary)
 }
 
 /// The whole check in one pass with no per-token decision: the tokens' bytes are laid end to
 /// end and compared with the text at once, and the byte offsets where the mask switches on or
-/// off are compared with the spans' edges. Same verdict as [`first_bad_token`]: when the
-/// decode equals the text, the masked tokens cover exactly the spans (none inside left out,
-/// none outside, none across an edge) if and only if the mask switches exactly at their edges.
+/// off are compared with the spans' edges. When it holds, every token lies wholly inside or
+/// wholly outside the spans and is masked accordingly, which every boundary rule accepts;
+/// when it does not, [`first_bad_token`] decides.
 fn decodes_with_span_mask(
     text: &[u8],
     ids: &[u32],
@@ -196,32 +326,49 @@ fn decodes_with_span_mask(
 }
 
 /// The check token by token: the first token that does not decode to the text at its offset,
-/// or whose mask disagrees with the spans.
+/// or whose mask is not what the boundary rule gives.
 fn first_bad_token(
     text: &[u8],
     ids: &[u32],
     mask: &[u8],
     bytes: &TokenBytes,
     spans: &[Range<usize>],
-) -> Result<(), MaskError> {
+    boundary: Boundary,
+) -> Result<Verified, MaskError> {
     let mut offset = 0usize;
     let mut span = 0usize;
+    let mut verified = Verified::default();
+    if ids.len() != mask.len() {
+        return Err(MaskError::LengthMismatch {
+            decoded: ids.len(),
+            expected: mask.len(),
+        });
+    }
     for (token, (&id, &m)) in ids.iter().zip(mask).enumerate() {
         let token_bytes = bytes.get(id);
         let end = offset + token_bytes.len();
-        if text.get(offset..end) != Some(token_bytes) {
+        if token_bytes.is_empty() || text.get(offset..end) != Some(token_bytes) {
             return Err(MaskError::DecodeMismatch { token, offset });
         }
+        // Spans that end before this token can matter to no later token either.
         while spans.get(span).is_some_and(|s| s.end <= offset) {
             span += 1;
         }
-        let expected = match spans.get(span) {
-            Some(s) if s.start <= offset && end <= s.end => 1,
-            Some(s) if s.start < end && offset < s.end => {
-                // The token straddles a span boundary: no mask can be right.
-                return Err(MaskError::SpanMismatch { token, got: m });
-            }
-            _ => 0,
+        // The spans are ordered and disjoint: the ones this token touches follow `span`.
+        let touched = spans[span.min(spans.len())..]
+            .iter()
+            .take_while(|s| s.start < end)
+            .filter(|s| !s.is_empty());
+        let (mut starts_inside, mut overlaps, mut across) = (false, false, false);
+        for s in touched {
+            starts_inside |= s.start <= offset && offset < s.end;
+            overlaps = true;
+            across |= offset < s.start || s.end < end;
+        }
+        verified.boundary_merged |= across;
+        let expected = match boundary {
+            Boundary::FirstChar => u8::from(starts_inside),
+            Boundary::AnyOverlap => u8::from(overlaps),
         };
         if m != expected {
             return Err(MaskError::SpanMismatch { token, got: m });
@@ -234,31 +381,50 @@ fn first_bad_token(
             expected: text.len(),
         });
     }
-    Ok(())
+    Ok(verified)
 }
 
-/// Byte ranges of the supervised assistant turns, found by string search in the text.
-fn text_spans(text: &str, markers: &ChatMarkers, supervise: &Range<usize>) -> Vec<Range<usize>> {
+/// Byte ranges of the supervised assistant turns, found by string search in the text: from
+/// after the header (and after the prefill when it is not supervised and the turn starts with
+/// it) to after `<|im_end|>` and its newline (or to `<|im_end|>` when end-of-turn tokens are
+/// not supervised).
+fn text_spans(
+    text: &str,
+    markers: &ChatMarkers,
+    rule: &MaskRule,
+    supervise: &Range<usize>,
+) -> Vec<Range<usize>> {
     let (header, end_marker) = (&markers.header_finder, &markers.end_finder);
     let text = text.as_bytes();
     let mut spans = Vec::new();
     let mut from = 0;
     let mut ordinal = 0;
     while let Some(pos) = header.find(&text[from..]) {
-        let start = from + pos + markers.header_text.len();
-        let end = match end_marker.find(&text[start..]) {
+        let mut start = from + pos + markers.header_text.len();
+        let (end_of_content, end) = match end_marker.find(&text[start..]) {
             Some(p) => {
                 let e = start + p + markers.end_text.len();
-                if text.get(e) == Some(&b'\n') {
+                let e_nl = if text.get(e) == Some(&b'\n') {
                     e + 1
                 } else {
                     e
-                }
+                };
+                (start + p, e_nl)
             }
             None => break,
         };
         if supervise.contains(&ordinal) {
-            spans.push(start..end);
+            if let Some(p) = &rule.prefill {
+                if text[start..end_of_content].starts_with(p.text.as_bytes()) {
+                    start += p.text.len();
+                }
+            }
+            let stop = if rule.end_of_turn {
+                end
+            } else {
+                end_of_content
+            };
+            spans.push(start..stop.max(start));
         }
         ordinal += 1;
         from = end;
@@ -285,19 +451,40 @@ pub(super) mod tests {
     const TEXT: &str = "<|im_start|>system\nYou are helpful.<|im_end|>\n<|im_start|>user\nHéllo wörld 你好<|im_end|>\n<|im_start|>assistant\nFirst answer, ================================<|im_end|>\n<|im_start|>user\nAgain?<|im_end|>\n<|im_start|>assistant\n<think>\nhmm\n</think>\n\nSecond 12345 answer.<|im_end|>\n";
 
     fn check(t: &Tokenizer, text: &str, ids: &[u32], mask: &[u8]) -> Result<(), MaskError> {
-        verify(text, ids, mask, &t.bytes, &t.markers, &(1..2))
+        verify(
+            text,
+            ids,
+            mask,
+            &t.bytes,
+            &t.markers,
+            &MaskRule::standard(),
+            &(1..2),
+        )
+        .map(|_| ())
     }
 
     fn walk(t: &Tokenizer, text: &str, ids: &[u32], mask: &[u8]) -> Result<(), MaskError> {
-        let spans = text_spans(text, &t.markers, &(1..2));
-        first_bad_token(text.as_bytes(), ids, mask, &t.bytes, &spans)
+        let spans = text_spans(text, &t.markers, &MaskRule::standard(), &(1..2));
+        first_bad_token(
+            text.as_bytes(),
+            ids,
+            mask,
+            &t.bytes,
+            &spans,
+            Boundary::FirstChar,
+        )
+        .map(|_| ())
+    }
+
+    fn computed(t: &Tokenizer, ids: &[u32], rule: &MaskRule, supervise: &Range<usize>) -> Computed {
+        compute(ids, &t.markers, &t.bytes, rule, supervise)
     }
 
     #[test]
     fn a_correct_mask_passes_and_every_corruption_is_named_like_the_token_walk() {
         let t = shipped();
         let ids = t.encoder.encode(TEXT).expect("encodes");
-        let (mask, blocks) = compute(&ids, &t.markers, &(1..2));
+        let Computed { mask, blocks, .. } = computed(&t, &ids, &MaskRule::standard(), &(1..2));
         assert_eq!(blocks.iter().filter(|b| b.supervised).count(), 1);
         assert_eq!(check(&t, TEXT, &ids, &mask), Ok(()));
 
@@ -342,7 +529,7 @@ pub(super) mod tests {
     fn the_errors_name_the_token_and_offset() {
         let t = shipped();
         let ids = t.encoder.encode(TEXT).expect("encodes");
-        let (mask, blocks) = compute(&ids, &t.markers, &(1..2));
+        let Computed { mask, blocks, .. } = computed(&t, &ids, &MaskRule::standard(), &(1..2));
         let first = blocks
             .iter()
             .find(|b| b.supervised)
@@ -384,25 +571,161 @@ pub(super) mod tests {
         );
     }
 
+    /// Each token's text, for readable expectations.
+    fn pieces(t: &Tokenizer, ids: &[u32]) -> Vec<String> {
+        ids.iter()
+            .map(|&id| String::from_utf8_lossy(t.bytes.get(id)).into_owned())
+            .collect()
+    }
+
+    fn supervised_text(t: &Tokenizer, ids: &[u32], mask: &[u8]) -> String {
+        pieces(t, ids)
+            .into_iter()
+            .zip(mask)
+            .filter(|(_, &m)| m == 1)
+            .map(|(p, _)| p)
+            .collect()
+    }
+
+    fn rule(
+        boundary: Boundary,
+        end_of_turn: bool,
+        prefill: Option<&str>,
+        t: &Tokenizer,
+    ) -> MaskRule {
+        MaskRule {
+            boundary,
+            end_of_turn,
+            prefill: prefill.map(|p| Prefill {
+                text: p.to_owned(),
+                ids: t.encoder.encode(p).expect("encodes"),
+            }),
+        }
+    }
+
     #[test]
-    fn a_token_across_a_turn_edge_fails_whatever_the_mask() {
+    fn a_reply_starting_with_a_newline_merges_with_the_header_and_the_rule_decides() {
         let t = shipped();
-        // The assistant content starts with a newline: `\n\n` is one token across the end of
-        // the header, so the header is not found in token space and no mask can be right.
-        let text = "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n\nhello<|im_end|>\n";
-        let ids = t.encoder.encode(text).expect("encodes");
         let all = 0..usize::MAX;
-        let (mask, _) = compute(&ids, &t.markers, &all);
-        let bad = verify(text, &ids, &mask, &t.bytes, &t.markers, &all);
-        assert!(
-            matches!(bad, Err(MaskError::SpanMismatch { .. })),
-            "{bad:?}"
-        );
-        let ones = vec![1; ids.len()];
-        let bad = verify(text, &ids, &ones, &t.bytes, &t.markers, &all);
-        assert!(
-            matches!(bad, Err(MaskError::SpanMismatch { .. })),
-            "{bad:?}"
-        );
+        for (content, merged) in [
+            ("\n```python\nx = 1\n```", "\n\n"),
+            (" \nhello", "\n \n"),
+            ("\n\nhello", "\n\n\n"),
+        ] {
+            let text = format!(
+                "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n{content}<|im_end|>\n"
+            );
+            let ids = t.encoder.encode(&text).expect("encodes");
+            let p = pieces(&t, &ids);
+            let at = p.iter().position(|x| x == merged).expect("a merged token");
+            assert_eq!(p[at - 1], "assistant", "{p:?}");
+            // first_char: the merged token starts in the header, so it is not supervised.
+            let first = rule(Boundary::FirstChar, true, None, &t);
+            let c = computed(&t, &ids, &first, &all);
+            assert!(c.boundary_merged);
+            assert_eq!(c.mask[at], 0);
+            let rest = &content[merged.len() - 1..];
+            assert_eq!(
+                supervised_text(&t, &ids, &c.mask),
+                format!("{rest}<|im_end|>\n")
+            );
+            let v = verify(&text, &ids, &c.mask, &t.bytes, &t.markers, &first, &all);
+            assert_eq!(
+                v,
+                Ok(Verified {
+                    boundary_merged: true
+                })
+            );
+            // any_overlap: it is.
+            let over = rule(Boundary::AnyOverlap, true, None, &t);
+            let c = computed(&t, &ids, &over, &all);
+            assert_eq!(c.mask[at], 1);
+            assert_eq!(
+                verify(&text, &ids, &c.mask, &t.bytes, &t.markers, &over, &all),
+                Ok(Verified {
+                    boundary_merged: true
+                })
+            );
+            // Each rule's mask fails the other rule's check, and every single flip fails.
+            let (first_mask, over_mask) = (computed(&t, &ids, &first, &all).mask, c.mask);
+            assert!(verify(&text, &ids, &over_mask, &t.bytes, &t.markers, &first, &all).is_err());
+            assert!(verify(&text, &ids, &first_mask, &t.bytes, &t.markers, &over, &all).is_err());
+            for i in 0..ids.len() {
+                for (mask, r) in [(&first_mask, &first), (&over_mask, &over)] {
+                    let mut flipped = mask.clone();
+                    flipped[i] ^= 1;
+                    assert_eq!(
+                        verify(&text, &ids, &flipped, &t.bytes, &t.markers, r, &all),
+                        Err(MaskError::SpanMismatch {
+                            token: i,
+                            got: flipped[i]
+                        }),
+                        "{content:?} token {i}"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn end_of_turn_and_prefill_can_be_left_out() {
+        let t = shipped();
+        let all = 0..usize::MAX;
+        let text = "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n<think>\nhmm\n</think>\n\nyes<|im_end|>\n";
+        let ids = t.encoder.encode(text).expect("encodes");
+        for (r, want) in [
+            (
+                rule(Boundary::FirstChar, true, None, &t),
+                "<think>\nhmm\n</think>\n\nyes<|im_end|>\n",
+            ),
+            (
+                rule(Boundary::FirstChar, false, None, &t),
+                "<think>\nhmm\n</think>\n\nyes",
+            ),
+            (
+                rule(Boundary::FirstChar, true, Some("<think>\n"), &t),
+                "hmm\n</think>\n\nyes<|im_end|>\n",
+            ),
+            (
+                rule(Boundary::AnyOverlap, false, Some("<think>\n"), &t),
+                "hmm\n</think>\n\nyes",
+            ),
+        ] {
+            let c = computed(&t, &ids, &r, &all);
+            assert_eq!(supervised_text(&t, &ids, &c.mask), want);
+            assert!(!c.boundary_merged);
+            assert_eq!(
+                verify(text, &ids, &c.mask, &t.bytes, &t.markers, &r, &all),
+                Ok(Verified::default())
+            );
+        }
+        // The prefill's newline merged with the reasoning's leading whitespace.
+        let text = "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n<think>\n \nhmm\n</think>\n\nyes<|im_end|>\n";
+        let ids = t.encoder.encode(text).expect("encodes");
+        for (boundary, want) in [
+            (Boundary::FirstChar, "hmm\n</think>\n\nyes<|im_end|>\n"),
+            (
+                Boundary::AnyOverlap,
+                "\n \nhmm\n</think>\n\nyes<|im_end|>\n",
+            ),
+        ] {
+            let r = rule(boundary, true, Some("<think>\n"), &t);
+            let c = computed(&t, &ids, &r, &all);
+            assert!(c.boundary_merged);
+            assert_eq!(supervised_text(&t, &ids, &c.mask), want);
+            assert_eq!(
+                verify(text, &ids, &c.mask, &t.bytes, &t.markers, &r, &all),
+                Ok(Verified {
+                    boundary_merged: true
+                })
+            );
+        }
+        // A turn that does not start with the prefill (a history turn) is supervised whole.
+        let text = "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\nplain<|im_end|>\n";
+        let ids = t.encoder.encode(text).expect("encodes");
+        let r = rule(Boundary::FirstChar, true, Some("<think>\n"), &t);
+        let c = computed(&t, &ids, &r, &all);
+        assert_eq!(supervised_text(&t, &ids, &c.mask), "plain<|im_end|>\n");
+        assert!(verify(text, &ids, &c.mask, &t.bytes, &t.markers, &r, &all).is_ok());
     }
 }

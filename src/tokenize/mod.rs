@@ -8,6 +8,7 @@ pub mod fast;
 mod file;
 mod hf_load;
 pub mod mask;
+pub mod mask_config;
 pub mod segments;
 mod vocab;
 

@@ -1,23 +1,28 @@
 //! `dataset_info.json` and `state.json`, exactly as `datasets.save_to_disk` lays them out.
 
+use crate::tokenize::mask_config::MaskDtype;
 use serde_json::{json, Value};
 
 /// The features matching [`super::schema`] column for column.
-pub fn features() -> Value {
+pub fn features(mask: MaskDtype) -> Value {
+    let mask = match mask {
+        MaskDtype::Int8 => "int8",
+        MaskDtype::Bool => "bool",
+    };
     json!({
         "input_ids": {"feature": {"dtype": "int32", "_type": "Value"}, "_type": "List"},
-        "loss_mask": {"feature": {"dtype": "int8", "_type": "Value"}, "_type": "List"},
+        "loss_mask": {"feature": {"dtype": mask, "_type": "Value"}, "_type": "List"},
         "seq_len": {"dtype": "int64", "_type": "Value"},
         "sample_id": {"dtype": "string", "_type": "Value"},
         "source": {"dtype": "string", "_type": "Value"}
     })
 }
 
-pub fn dataset_info_json(description: &str) -> String {
+pub fn dataset_info_json(description: &str, mask: MaskDtype) -> String {
     let info = json!({
         "citation": "",
         "description": description,
-        "features": features(),
+        "features": features(mask),
         "homepage": "",
         "license": ""
     });

@@ -121,6 +121,8 @@ pub struct InputFile {
 pub struct Settings {
     pub seed: u64,
     pub render_policy: crate::plan::config::RenderPolicy,
+    /// Loss-mask conventions (`mask:`, presets resolved).
+    pub mask: crate::tokenize::mask_config::MaskSettings,
     pub template_kwargs: serde_json::Map<String, serde_json::Value>,
     pub max_tokens: usize,
     pub length_policy: crate::plan::config::LengthPolicy,

@@ -3,8 +3,11 @@
 
 use super::spill::SpilledRow;
 use super::{OutputFile, WriteError};
+use crate::tokenize::mask_config::MaskDtype;
 use arrow_array::builder::StringBuilder;
-use arrow_array::{ArrayRef, Int32Array, Int64Array, Int8Array, ListArray, RecordBatch};
+use arrow_array::{
+    ArrayRef, BooleanArray, Int32Array, Int64Array, Int8Array, ListArray, RecordBatch,
+};
 use arrow_buffer::{OffsetBuffer, ScalarBuffer};
 use arrow_ipc::writer::StreamWriter;
 use arrow_schema::{DataType, Field, Schema};
@@ -15,13 +18,27 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-/// The output schema, with the `huggingface` metadata `datasets` itself writes.
-pub fn schema() -> Arc<Schema> {
-    static SCHEMA: std::sync::LazyLock<Arc<Schema>> = std::sync::LazyLock::new(build_schema);
-    SCHEMA.clone()
+/// The output schema, with the `huggingface` metadata `datasets` itself writes; `loss_mask`
+/// items are `int8` or `bool`.
+pub fn schema(mask: MaskDtype) -> Arc<Schema> {
+    static INT8: std::sync::LazyLock<Arc<Schema>> =
+        std::sync::LazyLock::new(|| build_schema(MaskDtype::Int8));
+    static BOOL: std::sync::LazyLock<Arc<Schema>> =
+        std::sync::LazyLock::new(|| build_schema(MaskDtype::Bool));
+    match mask {
+        MaskDtype::Int8 => INT8.clone(),
+        MaskDtype::Bool => BOOL.clone(),
+    }
 }
 
-fn build_schema() -> Arc<Schema> {
+fn mask_type(mask: MaskDtype) -> DataType {
+    match mask {
+        MaskDtype::Int8 => DataType::Int8,
+        MaskDtype::Bool => DataType::Boolean,
+    }
+}
+
+fn build_schema(mask: MaskDtype) -> Arc<Schema> {
     let fields = vec![
         Field::new(
             "input_ids",
@@ -30,14 +47,14 @@ fn build_schema() -> Arc<Schema> {
         ),
         Field::new(
             "loss_mask",
-            DataType::List(Arc::new(Field::new("item", DataType::Int8, true))),
+            DataType::List(Arc::new(Field::new("item", mask_type(mask), true))),
             true,
         ),
         Field::new("seq_len", DataType::Int64, true),
         Field::new("sample_id", DataType::Utf8, true),
         Field::new("source", DataType::Utf8, true),
     ];
-    let info = serde_json::json!({ "info": { "features": super::dataset::features() } });
+    let info = serde_json::json!({ "info": { "features": super::dataset::features(mask) } });
     let metadata = HashMap::from([("huggingface".to_owned(), info.to_string())]);
     Arc::new(Schema::new_with_metadata(fields, metadata))
 }
@@ -92,6 +109,8 @@ pub const BATCH_ROWS: usize = 1000;
 /// overlaps writing this one.
 #[derive(Default)]
 pub struct BatchBuilder {
+    /// The `loss_mask` item type written.
+    dtype: MaskDtype,
     offsets: Vec<i32>,
     ids: Vec<i32>,
     mask: Vec<i8>,
@@ -101,6 +120,13 @@ pub struct BatchBuilder {
 }
 
 impl BatchBuilder {
+    pub fn new(dtype: MaskDtype) -> Self {
+        BatchBuilder {
+            dtype,
+            ..BatchBuilder::default()
+        }
+    }
+
     pub fn rows(&self) -> usize {
         self.seq_len.len()
     }
@@ -144,18 +170,21 @@ impl BatchBuilder {
         // The next batch is about as large: reserving as much spares it the regrowing.
         let tokens = self.ids.len();
         let ids = Int32Array::from(std::mem::replace(&mut self.ids, Vec::with_capacity(tokens)));
-        let mask = Int8Array::from(std::mem::replace(
-            &mut self.mask,
-            Vec::with_capacity(tokens),
-        ));
+        let mask = std::mem::replace(&mut self.mask, Vec::with_capacity(tokens));
+        let mask: ArrayRef = match self.dtype {
+            MaskDtype::Int8 => Arc::new(Int8Array::from(mask)),
+            MaskDtype::Bool => Arc::new(BooleanArray::from(
+                mask.iter().map(|&m| m != 0).collect::<Vec<bool>>(),
+            )),
+        };
         let columns: Vec<ArrayRef> = vec![
             Arc::new(list(DataType::Int32, Arc::new(ids))),
-            Arc::new(list(DataType::Int8, Arc::new(mask))),
+            Arc::new(list(mask_type(self.dtype), mask)),
             Arc::new(Int64Array::from(std::mem::take(&mut self.seq_len))),
             Arc::new(self.sample_ids.finish()),
             Arc::new(self.source_names.finish()),
         ];
-        RecordBatch::try_new(schema(), columns).map_err(|e| e.to_string())
+        RecordBatch::try_new(schema(self.dtype), columns).map_err(|e| e.to_string())
     }
 }
 
@@ -167,8 +196,8 @@ pub struct ShardEncoder {
 }
 
 impl ShardEncoder {
-    pub fn new() -> Result<Self, String> {
-        let writer = StreamWriter::try_new(Vec::new(), &schema()).map_err(|e| e.to_string())?;
+    pub fn new(mask: MaskDtype) -> Result<Self, String> {
+        let writer = StreamWriter::try_new(Vec::new(), &schema(mask)).map_err(|e| e.to_string())?;
         Ok(ShardEncoder { writer })
     }
 

