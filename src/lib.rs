@@ -90,6 +90,22 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
             row,
             tokenizer,
         } => commands::inspect::run(&dir, row, &tokenizer),
+        Command::Report { dir } => commands::report::run(&dir, &printer),
+        Command::Stats { dir, json } => commands::stats::run(&dir, json),
+        Command::Vocab {
+            dir,
+            draft_size,
+            target_vocab_size,
+            out,
+        } => commands::vocab::run(
+            &commands::vocab::VocabArgs {
+                dir,
+                draft_size,
+                target_vocab_size,
+                out,
+            },
+            &printer,
+        ),
     }
 }
 

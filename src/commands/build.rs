@@ -1,11 +1,12 @@
 //! `chatshards build PIPELINE.yaml`
 
 use crate::pipeline::{self, Sinks};
-use crate::process::RowProcessor;
 use crate::plan::{self, sha256_hex, HubAccess, Plan};
 use crate::printer::Printer;
+use crate::process::RowProcessor;
 use crate::progress::BuildProgress;
 use crate::render::Renderer;
+use crate::report::stats::DatasetStats;
 use crate::report::timings::{Phase, Timings};
 use crate::report::{summary_table, SourceStats};
 use crate::tokenize::{Backend, BackendReport, Tokenizer};
@@ -130,14 +131,21 @@ fn build(
         );
     }
 
-    let source_names = Arc::new(plan.sources.iter().map(|s| s.name.clone()).collect());
+    let source_names: Arc<Vec<String>> =
+        Arc::new(plan.sources.iter().map(|s| s.name.clone()).collect());
+    let mut row_stats = DatasetStats::new(
+        source_names.to_vec(),
+        processor.tokenizer.reference().get_vocab_size(true),
+    );
     let shards = write_shards(
         &staging,
         spill,
         total_rows,
         plan.rows_per_shard,
         source_names,
+        &mut row_stats,
     )?;
+    crate::commands::stats::write_stats_files(&staging, &row_stats)?;
     let input_files = match hashing.join() {
         Ok(files) => files?,
         Err(panic) => std::panic::resume_unwind(panic),
@@ -170,6 +178,7 @@ fn build(
     );
     let manifest_json = write::pretty(&serde_json::to_value(&manifest)?);
     write_file(&staging.join("manifest.json"), &manifest_json)?;
+    crate::commands::report::write_report(&staging)?;
 
     if out.exists() {
         fs::remove_dir_all(out)
@@ -273,6 +282,7 @@ fn write_shards(
     total_rows: u64,
     rows_per_shard: usize,
     sources: Arc<Vec<String>>,
+    stats: &mut DatasetStats,
 ) -> Result<Vec<write::ShardSummary>> {
     let count = total_rows.div_ceil(rows_per_shard as u64) as usize;
     let buckets = spill.finish()?;
@@ -308,6 +318,7 @@ fn write_shards(
             let (mut shard, mut in_shard, mut seen) = (0usize, 0usize, 0u64);
             let mut builder = BatchBuilder::default();
             let mut encoder: Option<ShardEncoder> = None;
+            let (mut ids, mut mask) = (Vec::new(), Vec::new());
             let arrow_err = |shard: usize, message: String| WriteError::Arrow {
                 path: dir.join(shard_name(shard, count)),
                 message,
@@ -329,6 +340,10 @@ fn write_shards(
                     if let Err(message) = builder.push(&row, &sources) {
                         return fail(shard, arrow_err(shard, message));
                     }
+                    ids.clear();
+                    mask.clear();
+                    row.append_to(&mut ids, &mut mask);
+                    stats.add_row(usize::from(row.source), &ids, &mask);
                     in_shard += 1;
                     seen += 1;
                     let ends_shard = in_shard == rows_per_shard || seen == total_rows;
@@ -571,8 +586,18 @@ mod tests {
                     })
                     .expect("push");
             }
-            let shards =
-                write_shards(dir.path(), spill, total, per_shard, Arc::new(vec![])).expect("write");
+            let mut stats = DatasetStats::new(vec![], 0);
+            let shards = write_shards(
+                dir.path(),
+                spill,
+                total,
+                per_shard,
+                Arc::new(vec![]),
+                &mut stats,
+            )
+            .expect("write");
+            assert_eq!(stats.file().total.rows, total);
+            assert_eq!(stats.file().total.tokens, 2 * total);
             let sizes: Vec<u64> = shards.iter().map(|s| s.rows).collect();
             let mut expected = vec![per_shard as u64; (total / per_shard as u64) as usize];
             if !total.is_multiple_of(per_shard as u64) {

@@ -6,3 +6,6 @@ pub mod inspect;
 pub mod lock;
 pub mod normalize;
 pub mod render;
+pub mod report;
+pub mod stats;
+pub mod vocab;
