@@ -97,6 +97,12 @@ fn build(
     let path = staging.join("conversations.jsonl");
     let mut conversations = write::OutputFile::create(&path)
         .with_context(|| format!("failed to create `{}`", path.display()))?;
+    // stats.json: rows are counted as the shards are written; the pipeline can add each kept
+    // conversation's turns and tool calls (`DatasetStats::add_conversation`).
+    let mut row_stats = DatasetStats::new(
+        plan.sources.iter().map(|s| s.name.clone()).collect(),
+        processor.tokenizer.reference().get_vocab_size(true),
+    );
     let mut sinks = Sinks {
         spill: &mut spill,
         rejects: &mut rejects,
@@ -131,12 +137,7 @@ fn build(
         );
     }
 
-    let source_names: Arc<Vec<String>> =
-        Arc::new(plan.sources.iter().map(|s| s.name.clone()).collect());
-    let mut row_stats = DatasetStats::new(
-        source_names.to_vec(),
-        processor.tokenizer.reference().get_vocab_size(true),
-    );
+    let source_names = Arc::new(plan.sources.iter().map(|s| s.name.clone()).collect());
     let shards = write_shards(
         &staging,
         spill,

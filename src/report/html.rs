@@ -838,6 +838,30 @@ mod tests {
     }
 
     #[test]
+    fn a_mix_section_and_conversation_statistics_are_shown() {
+        let mut st = crate::report::stats::DatasetStats::new(vec!["a".into()], 8);
+        st.add_row(0, &[1, 2, 3], &[0, 1, 1]);
+        st.add_conversation(0, 4, 2);
+        let m = json!({
+            "rows": 1, "sources": {"a": {"read": 1, "kept": 1, "rows": 1}},
+            "mix": {"target": "rows", "total": 1,
+                    "sources": {"a": {"weight": 1.0, "quota": 1, "realized": 1}}},
+        });
+        let page = render(
+            &m,
+            Some(&st.file()),
+            &Examples::default(),
+            &Examples::default(),
+        );
+        assert!(page.contains("<table id=\"mix\">"));
+        assert!(page.contains("<td data-key=\"quota\">1</td>"));
+        assert!(page.contains("target: <b>rows</b>"));
+        assert!(page.contains("data-stat=\"a/turns\""));
+        assert!(page.contains("data-stat=\"a/tool_calls\""));
+        assert!(page.contains("a: tool calls per conversation"));
+    }
+
+    #[test]
     fn example_reading_is_bounded_per_reason_and_per_line() {
         let dir = tempfile::tempdir().expect("tempdir");
         let path = dir.path().join("rejects.jsonl");
