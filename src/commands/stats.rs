@@ -338,14 +338,18 @@ pub fn summary_text(manifest: &Value, stats: Option<&StatsFile>) -> String {
 }
 
 pub fn run(dir: &Path, as_json: bool) -> Result<()> {
+    use std::io::Write;
     let (manifest, stats) = load(dir)?;
-    if as_json {
-        println!(
-            "{}",
-            crate::write::pretty(&summary_json(&manifest, stats.as_ref())).trim_end()
-        );
+    let text = if as_json {
+        crate::write::pretty(&summary_json(&manifest, stats.as_ref()))
+            .trim_end()
+            .to_owned()
     } else {
-        println!("{}", summary_text(&manifest, stats.as_ref()));
+        summary_text(&manifest, stats.as_ref())
+    };
+    match writeln!(std::io::stdout().lock(), "{text}") {
+        // `chatshards stats DIR | head` is not an error.
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        other => other.context("failed to write to stdout"),
     }
-    Ok(())
 }

@@ -569,15 +569,20 @@ fn histogram_svg(title: &str, hist: &HistogramSummary, color: RGBColor) -> Strin
                 let left = (b[0] as f64).max(lo * 0.9);
                 Rectangle::new([(left, 0.0), (b[1] as f64, b[2] as f64)], color.filled())
             }))?;
-            for (label, v) in [("p50", hist.p50), ("p90", hist.p90), ("p99", hist.p99)] {
+            // Labels at three heights, so that close percentiles stay readable.
+            for (label, v, y) in [
+                ("p50", hist.p50, 0.99),
+                ("p90", hist.p90, 0.92),
+                ("p99", hist.p99, 0.85),
+            ] {
                 let x = (v as f64).max(lo);
                 chart.draw_series(std::iter::once(PathElement::new(
-                    vec![(x, 0.0), (x, ymax * 0.92)],
+                    vec![(x, 0.0), (x, ymax * (y - 0.06))],
                     BLACK.mix(0.6).stroke_width(1),
                 )))?;
                 chart.draw_series(std::iter::once(Text::new(
                     format!("{label} {v}"),
-                    (x, ymax * 0.99),
+                    (x, ymax * y),
                     ("sans-serif", 10),
                 )))?;
             }
