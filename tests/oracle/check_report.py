@@ -5,8 +5,9 @@ Usage: python3 tests/oracle/check_report.py DIR [--screenshot OUT.png]
 
 Needs Debian's `chromium` (/usr/bin/chromium, or $CHROMIUM); installs nothing. Without it, prints a
 SKIP line naming the package and exits 0. Checks:
-  * the page is self-contained: no <script>, no http(s) URL in src/href/url(), no @import or @font-face;
-  * Chromium renders it with no console error and no failed load (its log on stderr);
+  * the page is self-contained: no <script>, src=, <link>, url(), outside link, @import or @font-face;
+  * Chromium renders it with no console message or uncaught error (its log on stderr; checked first to
+    catch one on a probe page, so the check can fail);
   * the screenshot is not blank (many distinct pixel values over the page);
   * the numbers in the rendered DOM equal manifest.json: totals, and every per-source accounting cell
     (read, kept, rejected, filtered, deduplicated, rows, tokens, supervised_tokens, and any other count
@@ -29,8 +30,10 @@ from pathlib import Path
 FLAGS = [
     "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
     "--disable-background-networking", "--disable-component-update", "--disable-sync",
-    "--hide-scrollbars", "--enable-logging=stderr", "--v=0",
+    "--hide-scrollbars", "--enable-logging=stderr", "--log-level=0",
 ]
+# With --log-level=0 Chromium logs every console message (and uncaught error) as `:CONSOLE`.
+CONSOLE = re.compile(r":CONSOLE[:(]|Uncaught")
 
 
 def fail(msg):
@@ -117,8 +120,8 @@ def main():
     stats = json.loads((out / "stats.json").read_text())
     if re.search(r"<script|@import|@font-face", html, re.I):
         fail("the page has a script, an @import or a web font")
-    if re.search(r"""(src|href)\s*=\s*["']?\s*(https?:)?//|url\(\s*["']?(https?:)?//""", html, re.I):
-        fail("the page refers to something on the network")
+    if re.search(r"""\ssrc\s*=|<link|url\(|(href)\s*=\s*["']?\s*(https?:)?//""", html, re.I):
+        fail("the page loads something (src=, <link>, url() or an outside link)")
 
     chromium = os.environ.get("CHROMIUM", "/usr/bin/chromium")
     if not Path(chromium).exists():
@@ -126,22 +129,27 @@ def main():
         return
     with tempfile.TemporaryDirectory() as tmp:
         profile = ["--user-data-dir=" + str(Path(tmp) / "profile")]
-        url = page.as_uri()
-        dump = subprocess.run(
-            [chromium, *FLAGS, *profile, "--dump-dom", url],
-            capture_output=True, text=True, timeout=120,
-        )
-        if dump.returncode != 0:
-            fail(f"chromium --dump-dom exited {dump.returncode}: {dump.stderr[-2000:]}")
-        errors = [
-            line for line in dump.stderr.splitlines()
-            if re.search(r"CONSOLE|Uncaught|net::ERR|Failed to load", line)
-        ]
+
+        def dump_dom(url):
+            run = subprocess.run(
+                [chromium, *FLAGS, *profile, "--dump-dom", url],
+                capture_output=True, text=True, timeout=120,
+            )
+            if run.returncode != 0:
+                fail(f"chromium --dump-dom exited {run.returncode}: {run.stderr[-2000:]}")
+            return run.stdout, [line for line in run.stderr.splitlines() if CONSOLE.search(line)]
+
+        # The console check must be able to fail: a page with an error is seen to have one.
+        probe = Path(tmp) / "probe.html"
+        probe.write_text('<p>x</p><script>console.error("probe")</script>')
+        if not dump_dom(probe.as_uri())[1]:
+            fail("this Chromium does not log console messages with --log-level=0: the check cannot see errors")
+        dom, errors = dump_dom(page.as_uri())
         if errors:
             fail("console errors: " + " | ".join(errors[:5]))
         shot = args.screenshot or str(Path(tmp) / "shot.png")
         subprocess.run(
-            [chromium, *FLAGS, *profile, "--window-size=1400,2400", f"--screenshot={shot}", url],
+            [chromium, *FLAGS, *profile, "--window-size=1400,2400", f"--screenshot={shot}", page.as_uri()],
             capture_output=True, text=True, timeout=120, check=True,
         )
         distinct_rows, width = png_distinct_pixels(shot)
@@ -149,7 +157,7 @@ def main():
         fail(f"the screenshot looks blank ({distinct_rows} distinct rows of pixels)")
 
     cells = Cells()
-    cells.feed(dump.stdout)
+    cells.feed(dom)
     for ident, key in [("total-rows", "rows"), ("total-tokens", "tokens"), ("total-supervised", "supervised_tokens")]:
         if number(cells.by_id.get(ident, "-1")) != manifest[key]:
             fail(f"#{ident} shows {cells.by_id.get(ident)!r}, manifest {key} is {manifest[key]}")
