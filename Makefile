@@ -10,7 +10,7 @@ MEMORY_ROWS ?= 0
 # so the median of five is the steady figure.
 REPEAT ?= 5
 
-.PHONY: demo test test-rust test-oracle check-goldens goldens speculators-goldens lint bench dataset clean
+.PHONY: test-speculators demo test test-rust test-oracle check-goldens goldens speculators-goldens lint bench dataset clean
 
 ## Build the demo dataset from fixtures shipped in the repo (offline, seconds), exactly as
 ## pipelines/demo.lock pins its inputs (`chatshards lock pipelines/demo.yaml` after editing them).
@@ -68,6 +68,20 @@ dataset:
 ## published figures in BENCHMARKS.md).
 bench: $(PY)
 	$(PY) tests/bench/bench.py --rows $(ROWS) --threads 2 --python $(PY) --memory-rows $(MEMORY_ROWS) --repeat $(REPEAT)
+
+## speculators' own code (needs torch: a large download, so not part of `make test`): stats and
+## token_freq.pt recomputed, and the draft vocabulary goldens regenerated and compared.
+SPEC_VENV ?= .venv-speculators
+$(SPEC_VENV)/bin/python: tests/oracle/requirements-speculators.txt
+	$(PYTHON) -m venv $(SPEC_VENV) && $(SPEC_VENV)/bin/pip install -q -r tests/oracle/requirements-speculators.txt && touch $@
+
+test-speculators: $(SPEC_VENV)/bin/python
+	$(CARGO) run --quiet -- build --locked pipelines/demo.yaml
+	$(SPEC_VENV)/bin/python tests/oracle/check_stats.py out/demo
+	rm -rf .goldens-check && mkdir -p .goldens-check
+	$(SPEC_VENV)/bin/python tests/oracle/gen_vocab_goldens.py out/demo --out .goldens-check/vocab
+	diff .goldens-check/vocab/demo.json tests/golden/vocab/demo.json
+	rm -rf .goldens-check
 
 clean:
 	rm -rf out .goldens-check

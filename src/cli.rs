@@ -128,6 +128,36 @@ pub enum Command {
         #[arg(long)]
         tokenizer: Option<PathBuf>,
     },
+    /// (Re)write `DIR/report.html`: the dataset's summary, accounting, mix, length histograms
+    /// and reject examples in one self-contained page.
+    Report {
+        /// The dataset directory.
+        dir: PathBuf,
+    },
+    /// Print the dataset's summary (accounting and length percentiles) as a table.
+    Stats {
+        /// The dataset directory.
+        dir: PathBuf,
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Write the draft vocabulary mapping (`d2t.npy`, `t2d.npy`) built from the dataset's
+    /// supervised token frequencies (`token_freq.pt`) the way speculators builds it.
+    Vocab {
+        /// The dataset directory.
+        dir: PathBuf,
+        /// Tokens in the draft vocabulary (e.g. 32000).
+        #[arg(long)]
+        draft_size: usize,
+        /// The target model's vocabulary size (its config's `vocab_size`; default: the
+        /// tokenizer's, from stats.json).
+        #[arg(long)]
+        target_vocab_size: Option<usize>,
+        /// Output directory (default: `DIR/draft_vocab_N`).
+        #[arg(long)]
+        out: Option<PathBuf>,
+    },
 }
 
 /// Most worker threads accepted: far above any machine this runs on, low enough that a typo

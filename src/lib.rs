@@ -104,6 +104,22 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
             row,
             tokenizer,
         } => commands::inspect::run(&dir, row, tokenizer.as_deref()),
+        Command::Report { dir } => commands::report::run(&dir, &printer),
+        Command::Stats { dir, json } => commands::stats::run(&dir, json),
+        Command::Vocab {
+            dir,
+            draft_size,
+            target_vocab_size,
+            out,
+        } => commands::vocab::run(
+            &commands::vocab::VocabArgs {
+                dir,
+                draft_size,
+                target_vocab_size,
+                out,
+            },
+            &printer,
+        ),
     }
 }
 

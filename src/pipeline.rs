@@ -538,8 +538,12 @@ impl Context<'_> {
             .write_all(line.as_bytes())
             .map_err(|e| RunError::SideOutput("conversations.jsonl".to_owned(), e))?;
         *out.conversations_len += line.len() as u64;
+        let (turns, tool_calls) =
+            crate::report::stats::DatasetStats::conversation_counts(conversation);
         let mut kept = KeptWork {
             line: (start, line.len() as u32),
+            turns: u32::try_from(turns).unwrap_or(u32::MAX),
+            tool_calls: u32::try_from(tool_calls).unwrap_or(u32::MAX),
             encoder_checked: checked.encoder,
             renderer_checked: checked.renderer,
             ..Default::default()

@@ -6,6 +6,7 @@ use crate::printer::Printer;
 use crate::process::RowProcessor;
 use crate::progress::BuildProgress;
 use crate::render::Renderer;
+use crate::report::stats::DatasetStats;
 use crate::report::timings::{Phase, Timings};
 use crate::report::{summary_table, SourceStats};
 use crate::tokenize::{Backend, BackendReport, Tokenizer};
@@ -100,6 +101,12 @@ fn build(
     let path = staging.join("conversations.jsonl");
     let mut conversations = write::OutputFile::create(&path)
         .with_context(|| format!("failed to create `{}`", path.display()))?;
+    // stats.json: rows are counted as the shards are written, conversations (turns and tool
+    // calls) from the settled selection.
+    let mut row_stats = DatasetStats::new(
+        plan.sources.iter().map(|s| s.name.clone()).collect(),
+        processor.tokenizer.reference().get_vocab_size(true),
+    );
     let mut sinks = Sinks {
         spill: &mut spill,
         rejects: &mut rejects,
@@ -121,6 +128,9 @@ fn build(
             .with_context(|| format!("failed to rewrite `{}`", path.display()))?;
     }
     let stats = settled.stats.clone();
+    for &(source, turns, tool_calls) in &settled.conversations {
+        row_stats.add_conversation(source, u64::from(turns), u64::from(tool_calls));
+    }
     timings.end_phase(Phase::Rows);
 
     let named: Vec<(String, SourceStats)> = plan
@@ -156,21 +166,20 @@ fn build(
                 &["conversations.jsonl", "rejects.jsonl", "filtered.jsonl"],
             )
         });
-        let shards = write_shards(
-            &staging,
-            spill,
+        let layout = ShardLayout {
             total_rows,
-            plan.rows_per_shard,
-            source_names,
-            &settled.excluded,
-            plan.mask.dtype,
-        );
+            rows_per_shard: plan.rows_per_shard,
+            mask_dtype: plan.mask.dtype,
+            excluded: &settled.excluded,
+        };
+        let shards = write_shards(&staging, spill, &layout, source_names, &mut row_stats);
         let side = match side.join() {
             Ok(side) => side,
             Err(panic) => std::panic::resume_unwind(panic),
         };
         Ok::<_, anyhow::Error>((shards?, side?))
     })?;
+    crate::commands::stats::write_stats_files(&staging, &row_stats)?;
     let input_files = match hashing.join() {
         Ok(files) => files?,
         Err(panic) => std::panic::resume_unwind(panic),
@@ -208,6 +217,7 @@ fn build(
     )?;
     let manifest_json = write::pretty(&serde_json::to_value(&manifest)?);
     write_file(&staging.join("manifest.json"), &manifest_json)?;
+    crate::commands::report::write_report(&staging)?;
 
     output.commit()?;
     timings.end_phase(Phase::Shards);
@@ -291,17 +301,30 @@ struct ShardChunk {
     ends_shard: bool,
 }
 
+/// What the shard writer writes, besides the spilled rows.
+struct ShardLayout<'a> {
+    total_rows: u64,
+    rows_per_shard: usize,
+    mask_dtype: crate::tokenize::mask_config::MaskDtype,
+    /// `source:file:row` of spilled conversations that were not selected (left out).
+    excluded: &'a std::collections::HashSet<String>,
+}
+
 /// Appends the spilled rows to the shards in key order. A thread loads and sorts the buckets
 /// and builds and encodes the record batches while this one writes them (and a third hashes).
 fn write_shards(
     dir: &Path,
     spill: Spill,
-    total_rows: u64,
-    rows_per_shard: usize,
+    layout: &ShardLayout,
     sources: Arc<Vec<String>>,
-    excluded: &std::collections::HashSet<String>,
-    mask_dtype: crate::tokenize::mask_config::MaskDtype,
+    stats: &mut DatasetStats,
 ) -> Result<Vec<write::ShardSummary>> {
+    let ShardLayout {
+        total_rows,
+        rows_per_shard,
+        mask_dtype,
+        excluded,
+    } = *layout;
     let count = total_rows.div_ceil(rows_per_shard as u64) as usize;
     let buckets = spill.finish()?;
     let (tx, rx) = std::sync::mpsc::sync_channel::<ShardChunk>(2);
@@ -336,6 +359,7 @@ fn write_shards(
             let (mut shard, mut in_shard, mut seen) = (0usize, 0usize, 0u64);
             let mut builder = BatchBuilder::new(mask_dtype);
             let mut encoder: Option<ShardEncoder> = None;
+            let (mut ids, mut mask) = (Vec::new(), Vec::new());
             let arrow_err = |shard: usize, message: String| WriteError::Arrow {
                 path: dir.join(shard_name(shard, count)),
                 message,
@@ -367,6 +391,10 @@ fn write_shards(
                     if let Err(message) = builder.push(&row, &sources) {
                         return fail(shard, arrow_err(shard, message));
                     }
+                    ids.clear();
+                    mask.clear();
+                    row.append_to(&mut ids, &mut mask);
+                    stats.add_row(usize::from(row.source), &ids, &mask);
                     in_shard += 1;
                     seen += 1;
                     let ends_shard = in_shard == rows_per_shard || seen == total_rows;
@@ -677,7 +705,7 @@ fn manifest(
         sources: sources.into_iter().collect(),
         mix: plan.mix.clone().map(|target| write::manifest::Mix {
             target,
-            sources: mix,
+            sources: mix.into_iter().map(|l| (l.source.clone(), l)).collect(),
         }),
         shards,
         files: output_files,
@@ -765,16 +793,18 @@ mod tests {
                     })
                     .expect("push");
             }
-            let shards = write_shards(
-                dir.path(),
-                spill,
-                total,
-                per_shard,
-                Arc::new(vec![]),
-                &Default::default(),
-                Default::default(),
-            )
-            .expect("write");
+            let mut stats = DatasetStats::new(vec![], 0);
+            let excluded = Default::default();
+            let layout = ShardLayout {
+                total_rows: total,
+                rows_per_shard: per_shard,
+                mask_dtype: Default::default(),
+                excluded: &excluded,
+            };
+            let shards = write_shards(dir.path(), spill, &layout, Arc::new(vec![]), &mut stats)
+                .expect("write");
+            assert_eq!(stats.file().total.rows, total);
+            assert_eq!(stats.file().total.tokens, 2 * total);
             let sizes: Vec<u64> = shards.iter().map(|s| s.rows).collect();
             let mut expected = vec![per_shard as u64; (total / per_shard as u64) as usize];
             if !total.is_multiple_of(per_shard as u64) {

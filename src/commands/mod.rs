@@ -8,5 +8,8 @@ pub mod inspect;
 pub mod lock;
 pub mod normalize;
 pub mod render;
+pub mod report;
 pub mod shipped;
+pub mod stats;
 pub mod verify;
+pub mod vocab;

@@ -75,6 +75,9 @@ pub struct KeptWork {
     pub truncated_rows: u32,
     /// Rows whose mask had a span edge inside a token.
     pub boundary_merged_rows: u32,
+    /// Non-system messages and tool calls of the conversation (for `stats.json`).
+    pub turns: u32,
+    pub tool_calls: u32,
     pub repairs: Box<[Repair]>,
     pub encoder_checked: bool,
     pub renderer_checked: bool,
@@ -151,6 +154,8 @@ pub struct Settled {
     pub rejects: Vec<RowNote>,
     /// Rows dropped after the scan (near-duplicates, contamination, token filters).
     pub filtered: Vec<RowNote>,
+    /// `(source, turns, tool calls)` of every conversation in the output (copies included).
+    pub conversations: Vec<(usize, u32, u32)>,
 }
 
 /// A per-row line for `rejects.jsonl` / `filtered.jsonl`.
@@ -171,6 +176,7 @@ pub struct RowNote {
 /// One source's line of the realized mix.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct MixLine {
+    #[serde(skip)]
     pub source: String,
     /// Conversations kept (originals and copies).
     pub conversations: u64,
@@ -542,6 +548,7 @@ impl Ledger {
             excluded_lines: Vec::new(),
             rejects: Vec::new(),
             filtered: Vec::new(),
+            conversations: Vec::new(),
         };
         for (i, (s, a)) in self.sources.iter().zip(allocations).enumerate() {
             let mut stats = s.stats.clone();
@@ -581,6 +588,7 @@ impl Ledger {
                     Some(Work::Kept(k)) => {
                         stats.kept += 1;
                         add_kept(&mut stats, k, true);
+                        settled.conversations.push((i, k.turns, k.tool_calls));
                     }
                     Some(Work::Rejected(r)) => {
                         *stats.rejected.entry(r.reason).or_default() += 1;
@@ -625,6 +633,7 @@ impl Ledger {
             for k in s.copy_work.values() {
                 copies += 1;
                 add_kept(&mut stats, k, false);
+                settled.conversations.push((i, k.turns, k.tool_calls));
             }
             stats.repeated = copies;
             let sel = &self.selection[i];

@@ -1,7 +1,10 @@
 //! Accounting: per-source counters that merge, the identity every run must satisfy, and the
 //! summary table printed at the end of a build; [`timings`], where its CPU time went.
 
+pub mod html;
+pub mod stats;
 pub mod timings;
+pub mod token_freq;
 
 use crate::reject::{RejectReason, Repair};
 use serde::Serialize;

@@ -68,7 +68,8 @@ pub const LOCK_COPY: &str = "pipeline.lock";
 #[derive(Debug, Serialize)]
 pub struct Mix {
     pub target: crate::curate::select::MixConfig,
-    pub sources: Vec<crate::curate::ledger::MixLine>,
+    /// By source, in plan order.
+    pub sources: IndexMap<String, crate::curate::ledger::MixLine>,
 }
 
 #[derive(Debug, Serialize)]

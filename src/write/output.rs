@@ -50,6 +50,10 @@ pub const WRITTEN_FILES: &[&str] = &[
     "conversations.jsonl",
     "pipeline.yaml",
     "pipeline.lock",
+    "stats.json",
+    "token_freq.pt",
+    "token_freq_all.pt",
+    "report.html",
 ];
 
 /// The spill directory inside the staging directory (never in a finished output).
