@@ -114,16 +114,30 @@ def cpu_timings(out):
     return float(report.group(1)), float(encode.group(1)), report.group(0), phases
 
 
-def build(chatshards, work, name, data, backend, threads):
-    """Builds `data` with one `openai` source; returns (seconds, peak RSS MiB, manifest,
-    (CPU seconds, encoder CPU seconds))."""
+# The demo's curation steps (pipelines/demo.yaml) on the synthetic rows: filters (refusal regex,
+# language, Gopher repetition), exact dedup, near-duplicates over all text, decontamination
+# against HumanEval's 164 problems.
+CURATION = (
+    "dedup: true\nfilters:\n"
+    "  - regex: {name: refusals, exclude: [\"(?i)as an ai language model\"], scope: assistant}\n"
+    "  - language: {keep: [en], scope: user}\n"
+    "  - repetition: {}\n"
+    "near_dup: {scope: all}\n"
+    f"decontaminate:\n  benchmarks:\n    - name: humaneval\n      files: [{ROOT / 'tests/fixtures/benchmarks/HumanEval.jsonl'}]\n"
+    "      columns: {id: task_id, text: [prompt, canonical_solution]}\n"
+)
+
+
+def build(chatshards, work, name, data, backend, threads, curation="dedup: false\n", source=""):
+    """Builds `data` with one `openai` source (plus `curation` YAML, and `source` keys on the
+    source); returns (seconds, peak RSS MiB, manifest, (CPU seconds, encoder CPU seconds))."""
     pipeline = work / f"bench-{name}.yaml"
     out = work / f"out-{name}"
     pipeline.write_text(
         f"name: bench\nseed: 1\ntokenizer:\n  path: {TOKENIZER}\n  backend: {backend}\n"
         f"template:\n  path: {TEMPLATE}\n"
-        f"render:\n  policy: all\nmax_tokens: 100000000\nmin_supervised_tokens: 0\ndedup: false\n"
-        f"sources:\n  - name: synthetic\n    files: [{data}]\n    format: openai\n"
+        f"render:\n  policy: all\nmax_tokens: 100000000\nmin_supervised_tokens: 0\n{curation}"
+        f"sources:\n  - name: synthetic\n    files: [{data}]\n    format: openai\n{source}"
         f"output:\n  dir: {out}\n"
     )
     shutil.rmtree(out, ignore_errors=True)  # replacing an old output is not part of the timing
@@ -279,6 +293,25 @@ def main():
                         print("  the fastest build's own account (--timings):")
                         print("\n".join("    " + line for line in fastest[3][2].splitlines()))
 
+    # Curation: the demo's steps on the same rows (against the Python reference), and a random
+    # `take` of 10% against building the whole source, best of --repeat each.
+    curated = [build(chatshards, work, "curated", data, "auto", args.threads, CURATION)
+               for _ in range(args.repeat)]
+    took = [build(chatshards, work, "take10", data, "auto", args.threads,
+                  source=f"    take: {max(1, args.rows // 10)}\n")
+            for _ in range(args.repeat)]
+    c_secs, c_rss = min(b[0] for b in curated), max(b[1] for b in curated)
+    t_secs = min(b[0] for b in took)
+    full = results["chatshards-fast"][0]
+    cs = curated[0][2]["sources"]["synthetic"]
+    print(f"curated (filters + dedup + near-dup + HumanEval decontamination): {c_secs:.1f}s, "
+          f"peak RSS {c_rss:.0f} MiB; kept {cs['kept']} of {cs['read']} (filtered "
+          f"{sum(cs['filtered'].values())}, deduplicated {cs['deduplicated']}, near-duplicate "
+          f"{cs['near_duplicate']}, contaminated {cs['contaminated']})")
+    if "python" in results:
+        print(f"chatshards-curated / python: {results['python'][0] / c_secs:.2f}x rows/s")
+    print(f"take 10%: {t_secs:.1f}s = {t_secs / full:.0%} of building the whole source ({full:.1f}s)")
+
     # Linearity in conversation length, with the default backend: the wall time of each build's
     # rows phase (`--timings`: every row read, rendered, encoded, masked and spilled) per token,
     # best of three builds, so that neither the start-up nor the shard phase (fixed, and a
@@ -304,6 +337,9 @@ def main():
         print(f"{args.memory_rows} rows ({manifest['tokens'] / 1e6:.0f} M tokens): {secs:.1f}s, "
               f"{manifest['rows'] / secs:.0f} rows/s, peak RSS {rss:.0f} MiB "
               f"(vs {results['chatshards-fast'][1]:.0f} MiB at {args.rows} rows)")
+        secs, rss, manifest, _ = build(chatshards, work, "memory-curated", big, "auto",
+                                       args.threads, CURATION)
+        print(f"{args.memory_rows} rows curated: {secs:.1f}s, peak RSS {rss:.0f} MiB")
     print(f"work dir: {work}")
 
 
