@@ -45,7 +45,8 @@ pub enum Command {
         /// The tokenizer (`tokenizer.json` or `tokenizer.json.zst`).
         #[arg(long)]
         tokenizer: PathBuf,
-        /// Which assistant turns are supervised. `expand` prints `{"rows": [...]}` per input.
+        /// Which assistant turns are supervised. `expand` and `turns` print `{"rows": [...]}`
+        /// per input.
         #[arg(long, value_enum, default_value = "all")]
         policy: PolicyArg,
         /// Extra template variables as a JSON object, e.g. '{"preserve_thinking": true}'.
@@ -177,6 +178,7 @@ pub enum PolicyArg {
     All,
     Last,
     Expand,
+    Turns,
 }
 
 impl From<PolicyArg> for RenderPolicy {
@@ -185,6 +187,7 @@ impl From<PolicyArg> for RenderPolicy {
             PolicyArg::All => RenderPolicy::All,
             PolicyArg::Last => RenderPolicy::Last,
             PolicyArg::Expand => RenderPolicy::Expand,
+            PolicyArg::Turns => RenderPolicy::Turns,
         }
     }
 }

@@ -1020,7 +1020,7 @@ fn options_that_do_not_apply_are_rejected() {
 fn demo_pipeline_compiles_with_every_adapter() {
     let plan = chatshards::plan::compile(
         &Path::new(ROOT).join("pipelines/adapters-demo.yaml"),
-        chatshards::plan::HubAccess::Locked,
+        chatshards::plan::HubAccess::Auto,
     )
     .unwrap_or_else(|e| panic!("{e}"));
     let used: BTreeSet<&str> = plan.sources.iter().map(|s| s.adapter.name()).collect();

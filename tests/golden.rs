@@ -519,3 +519,60 @@ fn streamed_rows_equal_every_row_filtered() {
         }
     }
 }
+
+/// Under the `speculators-0.7` preset, ids and masks equal those of speculators 0.7.0.2's own
+/// preprocessing (`build_eagle3_dataset`, run by `tests/oracle/gen_speculators_goldens.py`) on
+/// the oracle cases and a slice of the synthetic set, byte for byte.
+#[test]
+fn speculators_07_preset_reproduces_speculators_rows() {
+    use chatshards::tokenize::mask_config::{MaskConfig, Preset};
+    let goldens = read_jsonl("tests/golden/speculators/speculators-0.7.jsonl");
+    let mut inputs: HashMap<String, Value> = cases()
+        .into_iter()
+        .map(|c| (c["name"].as_str().expect("name").to_owned(), c))
+        .collect();
+    for row in read_jsonl("tests/golden/speculators/synthetic-inputs.jsonl") {
+        inputs.insert(row["name"].as_str().expect("name").to_owned(), row);
+    }
+    let config = MaskConfig {
+        preset: Some(Preset::Speculators07),
+        ..MaskConfig::default()
+    };
+    let (settings, policy) = config.resolve(None).expect("the preset resolves");
+    assert_eq!(policy, RenderPolicy::All);
+    let mut p = processor(Map::new(), policy);
+    p.mask = chatshards::process::mask_rule(&settings, &p.renderer, tokenizer()).expect("rule");
+    let adapter = Adapter::OpenAi(OpenAiAdapter::default());
+    let validator = Validator::new(&tokenizer().forbidden);
+    let (mut compared, mut bad) = (0, Vec::new());
+    for golden in &goldens {
+        let name = golden["name"].as_str().expect("name");
+        // speculators reads reasoning from `reasoning_content` or `thinking` only, the openai
+        // adapter from `reasoning` too: another conversation, not another convention.
+        if pipeline_expectation(name).is_some() || name == "reasoning_field_alias" {
+            continue;
+        }
+        let input = &inputs[name];
+        // Rows the pipeline rejects by design (a leading tool response, ...) have no row here.
+        let Ok(c) = adapter
+            .adapt(input, &mut Repairs::new())
+            .and_then(|c| validator.validate(c, &mut Repairs::new()))
+        else {
+            continue;
+        };
+        let rows = p.tokenize(&c).unwrap_or_else(|e| panic!("{name}: {e:?}"));
+        let ids: Vec<u32> = serde_json::from_value(golden["input_ids"].clone()).expect("ids");
+        let mask: Vec<u8> = serde_json::from_value(golden["loss_mask"].clone()).expect("mask");
+        assert_eq!(rows.len(), 1, "{name}");
+        if rows[0].ids != ids || rows[0].mask != mask {
+            bad.push(format!(
+                "{name}: ids {} mask {}",
+                rows[0].ids == ids,
+                rows[0].mask == mask
+            ));
+        }
+        compared += 1;
+    }
+    assert!(bad.is_empty(), "{bad:#?}");
+    assert!(compared >= 100, "only {compared} rows compared");
+}

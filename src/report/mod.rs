@@ -100,7 +100,7 @@ impl AddAssign<&SourceStats> for SourceStats {
 pub fn summary_table(sources: &[(String, SourceStats)]) -> String {
     let mut total = SourceStats::default();
     let mut lines = vec![format!(
-        "{:<24} {:>10} {:>10} {:>9} {:>9} {:>8} {:>8} {:>8} {:>10} {:>10} {:>14} {:>14}",
+        "{:<24} {:>10} {:>10} {:>9} {:>9} {:>8} {:>8} {:>8} {:>10} {:>10} {:>6} {:>14} {:>14}",
         "source",
         "read",
         "kept",
@@ -111,12 +111,15 @@ pub fn summary_table(sources: &[(String, SourceStats)]) -> String {
         "contam",
         "sampled",
         "rows",
+        "x",
         "tokens",
         "supervised"
     )];
     let line = |name: &str, s: &SourceStats| {
+        // Output rows per kept conversation (copies included): what `expand` / `turns` made.
+        let per = s.rows as f64 / (s.kept + s.repeated).max(1) as f64;
         format!(
-            "{:<24} {:>10} {:>10} {:>9} {:>9} {:>8} {:>8} {:>8} {:>10} {:>10} {:>14} {:>14}",
+            "{:<24} {:>10} {:>10} {:>9} {:>9} {:>8} {:>8} {:>8} {:>10} {:>10} {:>6.2} {:>14} {:>14}",
             name,
             s.read,
             s.kept,
@@ -127,6 +130,7 @@ pub fn summary_table(sources: &[(String, SourceStats)]) -> String {
             s.contaminated,
             s.sampled_out,
             s.rows,
+            per,
             s.tokens,
             s.supervised_tokens
         )
