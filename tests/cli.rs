@@ -222,7 +222,8 @@ fn demo_build_is_byte_identical_at_1_and_2_threads_and_accounts_for_every_row() 
     let rejects = std::fs::read_to_string(outputs[0].join("rejects.jsonl")).expect("rejects");
     assert_eq!(rejects.lines().count(), 6);
     assert!(
-        rejects.contains(r#""row":33,"sample_id":"chat:0:33","reason":"special_token_in_content""#),
+        // `row` is the 1-based line (as editors show it), `sample_id` the 0-based record index.
+        rejects.contains(r#""row":34,"sample_id":"chat:0:33","reason":"special_token_in_content""#),
         "{rejects}"
     );
 }
