@@ -3,8 +3,8 @@
 //! (token ids), never by chatshards.
 
 use chatshards::adapt::{Adapter, OpenAiAdapter, Repairs};
-use chatshards::plan::config::{LengthPolicy, RenderPolicy};
 use chatshards::process::RowProcessor;
+use chatshards::plan::config::{LengthPolicy, RenderPolicy};
 use chatshards::render::{plan_rows, Engine, Renderer};
 use chatshards::tokenize::Tokenizer;
 use chatshards::validate::Validator;
