@@ -118,8 +118,6 @@ pub enum FilterReason {
     TooLong,
     /// Fewer supervised tokens than `min_supervised_tokens`.
     TooFewSupervised,
-    /// Read after the source's `take` count was reached.
-    TakeLimit,
     /// An agentic trajectory not known to be resolved, under `resolved_only: true`.
     Unresolved,
     /// A blank (empty or whitespace-only) line of a JSON lines file: counted so that `read`
@@ -132,7 +130,6 @@ impl FilterReason {
         match self {
             FilterReason::TooLong => "too_long",
             FilterReason::TooFewSupervised => "too_few_supervised",
-            FilterReason::TakeLimit => "take_limit",
             FilterReason::Unresolved => "unresolved",
             FilterReason::BlankLine => "blank_line",
         }
@@ -297,13 +294,7 @@ mod tests {
             assert_eq!(serde_name(r), r.code());
         }
         use FilterReason as F;
-        for f in [
-            F::TooLong,
-            F::TooFewSupervised,
-            F::TakeLimit,
-            F::Unresolved,
-            F::BlankLine,
-        ] {
+        for f in [F::TooLong, F::TooFewSupervised, F::Unresolved, F::BlankLine] {
             assert_eq!(serde_name(f), f.code());
         }
         use Repair as P;

@@ -391,6 +391,41 @@ fn sigterm_and_sigint_during_a_build_remove_the_staging_directory() {
     }
 }
 
+#[test]
+fn a_build_killed_outright_leaves_the_old_output_whole_and_the_next_build_recovers() {
+    let (tmp, p) = project(30_000, "out");
+    let small = std::fs::read_to_string(tmp.path().join("data/chat.jsonl")).expect("rows");
+    std::fs::write(tmp.path().join("data/chat.jsonl"), chat_rows(3)).expect("rows");
+    assert_success(&build_in(tmp.path(), &p));
+    let old = snapshot(&tmp.path().join("out"));
+    std::fs::write(tmp.path().join("data/chat.jsonl"), small).expect("rows");
+    let mut child = bin()
+        .args(["build", "--threads", "1"])
+        .arg(&p)
+        .current_dir(tmp.path())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn");
+    let staging = tmp.path().join("out.partial");
+    let started = Instant::now();
+    while !staging.join("rejects.jsonl").exists() {
+        assert!(started.elapsed() < DEADLINE, "no staging directory");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    child.kill().expect("SIGKILL");
+    let _ = child.wait();
+    // The old dataset is whole; the staging directory is what the kill left.
+    assert_eq!(snapshot(&tmp.path().join("out")), old);
+    assert!(staging.exists());
+    // The lock died with the process; the next build clears the leftovers and replaces.
+    assert_success(&build_in(tmp.path(), &p));
+    assert!(!staging.exists());
+    let m = manifest(&tmp.path().join("out"));
+    assert_balanced(&m);
+    assert_eq!(m["rows"], 30_000);
+}
+
 fn libc_sigterm() -> i32 {
     15
 }

@@ -30,10 +30,10 @@ const TEMPLATE_NAME: &str = "chat_template";
 /// The bounds on one minijinja render, from the size of what it renders: `weight`, the bytes
 /// of the messages', tools' and variables' JSON text, and the number of messages.
 ///
-/// Measured with the official templates (Qwen3.6, Qwen3.5, Qwen3) over every fixture row and
-/// long synthetic trajectories (`tests/hostile.rs`, `template_limits_leave_a_wide_margin`): at
-/// most ~0.1 fuel per byte plus ~100 per message, and output at most ~1.3x the input plus a
-/// few KB; the budgets below are more than 10x that.
+/// Measured with the official templates (Qwen3.6, Qwen3.5, Qwen3) over the oracle cases, the
+/// demo rows and synthetic trajectories up to 23 MB and 4,000 messages (`tests/hostile.rs`,
+/// `template_limits_leave_a_wide_margin`): every render stays at least 23x under its fuel and
+/// 16x under its output cap.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Limits {
     pub fuel: u64,
@@ -41,7 +41,7 @@ pub struct Limits {
 }
 
 /// Fuel of the smallest budget; budgets are this times a power of two.
-pub const BASE_FUEL: u64 = 1 << 20;
+pub const BASE_FUEL: u64 = 1 << 18;
 pub const FUEL_PER_BYTE: u64 = 2;
 pub const FUEL_PER_MESSAGE: u64 = 2_000;
 pub const BASE_OUTPUT_BYTES: u64 = 1 << 20;

@@ -689,6 +689,88 @@ mod tests {
         );
     }
 
+    /// A folder with a pipeline file and an input, and the placement of a build over them.
+    fn folder() -> (tempfile::TempDir, PathBuf, PathBuf) {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let pipeline = tmp.path().join("p.yaml");
+        let input = tmp.path().join("in.jsonl");
+        fs::write(&pipeline, "").expect("pipeline");
+        fs::write(&input, "").expect("input");
+        (tmp, pipeline, input)
+    }
+
+    /// A minimal previous output in `dir`, with one shard.
+    fn old_output(dir: &Path, rows: &str) {
+        fs::create_dir_all(dir).expect("mkdir");
+        fs::write(
+            dir.join("manifest.json"),
+            r#"{"tool": {"name": "chatshards"}, "name": "x", "rows": 1, "inputs": {}, "settings": {}, "sources": {}, "shards": [{"file": "data-00000-of-00001.arrow"}]}"#,
+        )
+        .expect("manifest");
+        fs::write(dir.join("data-00000-of-00001.arrow"), rows).expect("shard");
+        fs::write(dir.join("state.json"), "{}").expect("state");
+    }
+
+    #[test]
+    fn a_replacement_swaps_in_the_new_output_and_removes_only_the_old_files() {
+        let (tmp, pipeline, input) = folder();
+        let placement = Placement {
+            pipeline: &pipeline,
+            inputs: vec![&input],
+        };
+        let out = tmp.path().join("out");
+        old_output(&out, "old");
+        let output = Output::prepare(&out, &placement).expect("prepare");
+        old_output(output.staging(), "new");
+        let staging = output.staging().to_owned();
+        output.commit().expect("commit");
+        assert_eq!(
+            fs::read_to_string(out.join("data-00000-of-00001.arrow")).expect("shard"),
+            "new"
+        );
+        assert!(!staging.exists());
+        // Dropped without commit (an error): the staging directory goes, the output stays.
+        let output = Output::prepare(&out, &placement).expect("prepare");
+        fs::write(output.staging().join("rejects.jsonl"), "x").expect("write");
+        drop(output);
+        assert!(!staging.exists());
+        assert!(out.join("manifest.json").exists());
+    }
+
+    #[test]
+    fn leftovers_of_a_killed_build_are_recovered() {
+        let (tmp, pipeline, input) = folder();
+        let placement = Placement {
+            pipeline: &pipeline,
+            inputs: vec![&input],
+        };
+        let resolved = resolve(tmp.path()).expect("resolve");
+        let out = resolved.join("out");
+        // Killed between the fallback's two renames: the old output is put back first.
+        old_output(&sibling(&out, "old"), "old");
+        let output = Output::prepare(&out, &placement).expect("prepare");
+        assert_eq!(
+            fs::read_to_string(out.join("data-00000-of-00001.arrow")).expect("restored"),
+            "old"
+        );
+        assert!(!sibling(&out, "old").exists());
+        drop(output);
+        // Killed after the exchange, before the old files were removed: they are removed.
+        old_output(&sibling(&out, "partial"), "swapped out");
+        drop(Output::prepare(&out, &placement).expect("prepare"));
+        assert!(!sibling(&out, "partial").exists());
+        // A `DIR.partial` holding someone else's files is refused, not removed.
+        fs::create_dir(sibling(&out, "partial")).expect("mkdir");
+        fs::write(sibling(&out, "partial").join("mine.txt"), "x").expect("write");
+        let err = Output::prepare(&out, &placement).err().expect("refused");
+        assert!(
+            err.to_string()
+                .contains("is in the way: it holds `mine.txt`"),
+            "{err}"
+        );
+        assert!(sibling(&out, "partial").join("mine.txt").exists());
+    }
+
     #[test]
     fn exchange_swaps_two_directories() {
         let tmp = tempfile::tempdir().expect("tempdir");
