@@ -19,7 +19,7 @@ use crate::curate::row::Curator;
 use crate::curate::select::AllocError;
 use crate::plan::Plan;
 use crate::process::{Outcome, RowProcessor, SpotChecks, Tokenized};
-use crate::read::{read_files_with, RawRow, ReadError};
+use crate::read::{read_files_with, RawRow, ReadError, Record};
 use crate::reject::{Reject, Skip};
 use crate::report::timings::{PoolStage, Timings};
 use crate::report::SourceStats;
@@ -617,7 +617,10 @@ impl Context<'_> {
                     let mut open = true;
                     let result = read_files_with(files, read_options, &mut |row| {
                         if let Some(wanted) = wanted {
-                            if !is_wanted(wanted, row.file as u32, row.row) {
+                            // A blank line is no record (it shares the next record's index).
+                            if matches!(row.record, Record::Blank)
+                                || !is_wanted(wanted, row.file as u32, row.row)
+                            {
                                 return open;
                             }
                         }

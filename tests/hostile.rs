@@ -283,9 +283,15 @@ fn a_rebuild_replaces_only_what_the_old_manifest_lists_and_refuses_user_files() 
             "conversations.jsonl",
             "data-00000-of-00001.arrow",
             "dataset_info.json",
+            "filtered.jsonl",
             "manifest.json",
+            "pipeline.yaml",
             "rejects.jsonl",
-            "state.json"
+            "report.html",
+            "state.json",
+            "stats.json",
+            "token_freq.pt",
+            "token_freq_all.pt"
         ]
     );
 

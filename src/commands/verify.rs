@@ -353,6 +353,9 @@ fn rebuild(out: &OutputDir, threads: Option<usize>, printer: &Printer) -> Result
             fs::remove_dir_all(&path).ok();
         }
     }
+    // And the build lock beside it (a build leaves its `DIR.lock` in place; this one is ours).
+    fs::remove_file(temp.with_file_name(format!(".{name}.rebuild-{}.lock", std::process::id())))
+        .ok();
     compared
 }
 
