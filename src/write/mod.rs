@@ -10,6 +10,7 @@ pub mod identity;
 pub mod manifest;
 pub mod output;
 mod shard;
+mod shards;
 mod spill;
 
 pub use dataset::{dataset_info_json, features, pretty, shard_name, state_json};
@@ -17,6 +18,7 @@ pub use direct::OutputFile;
 pub use shard::{
     schema, BatchBuilder, ShardEncoder, ShardSummary, ShardWriter, BATCH_ROWS as SHARD_BATCH_ROWS,
 };
+pub use shards::{write_shards, ShardLayout};
 pub use spill::{shuffle_key, Bucket, LoadedBucket, Spill, SpilledBucket, SpilledRow};
 
 /// One tokenized output row.
