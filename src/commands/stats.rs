@@ -63,22 +63,7 @@ pub fn total(v: Option<&Value>) -> u64 {
     }
 }
 
-/// Per-source count keys the table shows in their own columns; any other count a manifest has
-/// (from later curation steps) is listed after them under its own name.
-const KNOWN: &[&str] = &[
-    "read",
-    "kept",
-    "rejected",
-    "filtered",
-    "deduplicated",
-    "repaired",
-    "rows",
-    "tokens",
-    "supervised_tokens",
-    "truncated_rows",
-    "encoder_checked_rows",
-    "renderer_checked_rows",
-];
+use crate::report::html::{KNOWN, SKIPPED};
 
 /// Count keys of a source entry not in [`KNOWN`], in manifest order: plain numbers and objects
 /// of counts (their total).
@@ -87,7 +72,7 @@ pub fn extra_counts(source: &Value) -> Vec<(String, u64)> {
         return Vec::new();
     };
     map.iter()
-        .filter(|(k, _)| !KNOWN.contains(&k.as_str()))
+        .filter(|(k, _)| !KNOWN.contains(&k.as_str()) && !SKIPPED.contains(&k.as_str()))
         .filter_map(|(k, v)| match v {
             Value::Number(n) => n.as_u64().map(|n| (k.clone(), n)),
             Value::Object(m) if m.values().all(Value::is_u64) => Some((k.clone(), total(Some(v)))),

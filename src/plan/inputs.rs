@@ -125,55 +125,42 @@ pub(super) fn resolve(
         (None, Some(h)) => want(Slot::Template, "template", h, RepoKind::Model, errors),
         _ => errors.push("`template` needs exactly one of `path` and `hub`".into()),
     }
-    for (i, source) in config.sources.iter().enumerate() {
-        match (source.files.is_empty(), &source.hub) {
-            (false, None) => {
-                inputs.sources[i] = source
-                    .files
-                    .iter()
-                    .map(|f| InputFile {
-                        local: base.join(f),
-                        display: f.display().to_string(),
-                    })
-                    .collect()
+    // Sources and benchmark sets alike: local `files` (relative to the pipeline) or a `hub:`.
+    let mut files_or_hub = |what: String,
+                            name: &str,
+                            files: &[PathBuf],
+                            hub: &Option<HubEntry>,
+                            slot: Slot,
+                            errors: &mut Vec<String>|
+     -> Vec<InputFile> {
+        match (files.is_empty(), hub) {
+            (false, None) => files
+                .iter()
+                .map(|f| InputFile {
+                    local: base.join(f),
+                    display: f.display().to_string(),
+                })
+                .collect(),
+            (true, Some(h)) => {
+                want(slot, &what, h, RepoKind::Dataset, errors);
+                Vec::new()
             }
-            (true, Some(h)) => want(
-                Slot::Source(i),
-                &format!("sources[{i}]"),
-                h,
-                RepoKind::Dataset,
-                errors,
-            ),
-            _ => errors.push(format!(
-                "sources[{i}] (`{}`): needs exactly one of a non-empty `files` and `hub`",
-                source.name
-            )),
+            _ => {
+                errors.push(format!(
+                    "{what} (`{name}`): needs exactly one of a non-empty `files` and `hub`"
+                ));
+                Vec::new()
+            }
         }
+    };
+    for (i, s) in config.sources.iter().enumerate() {
+        let what = format!("sources[{i}]");
+        inputs.sources[i] = files_or_hub(what, &s.name, &s.files, &s.hub, Slot::Source(i), errors);
     }
-    for (i, bench) in benchmarks.iter().enumerate() {
-        match (bench.files.is_empty(), &bench.hub) {
-            (false, None) => {
-                inputs.benchmarks[i] = bench
-                    .files
-                    .iter()
-                    .map(|f| InputFile {
-                        local: base.join(f),
-                        display: f.display().to_string(),
-                    })
-                    .collect()
-            }
-            (true, Some(h)) => want(
-                Slot::Benchmark(i),
-                &format!("decontaminate.benchmarks[{i}]"),
-                h,
-                RepoKind::Dataset,
-                errors,
-            ),
-            _ => errors.push(format!(
-                "decontaminate.benchmarks[{i}] (`{}`): needs exactly one of a non-empty `files` and `hub`",
-                bench.name
-            )),
-        }
+    for (i, b) in benchmarks.iter().enumerate() {
+        let what = format!("decontaminate.benchmarks[{i}]");
+        inputs.benchmarks[i] =
+            files_or_hub(what, &b.name, &b.files, &b.hub, Slot::Benchmark(i), errors);
     }
     let lock_path = Lockfile::path_for(pipeline);
     if wanted.is_empty() && access == HubAccess::Auto {

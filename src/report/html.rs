@@ -248,8 +248,9 @@ fn summary(h: &mut String, m: &Value, stats: Option<&StatsFile>) {
 }
 
 /// Per-source count keys shown in their own columns (others follow under their own names).
-const KNOWN: &[&str] = &["read", "kept", "rejected", "filtered", "deduplicated"];
-const SKIPPED: &[&str] = &[
+pub(crate) const KNOWN: &[&str] = &["read", "kept", "rejected", "filtered", "deduplicated"];
+/// Per-source keys that are not counts of rows dropped or kept (shown elsewhere or not at all).
+pub(crate) const SKIPPED: &[&str] = &[
     "repaired",
     "rows",
     "tokens",
