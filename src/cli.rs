@@ -35,6 +35,10 @@ pub enum Command {
         /// `--quiet`).
         #[arg(long)]
         timings: bool,
+        /// Start over: discard the state of an interrupted build of this output (by default
+        /// a build goes on from it when its pipeline and inputs are unchanged).
+        #[arg(long)]
+        fresh: bool,
     },
     /// Render and tokenize conversations read as JSON lines on stdin
     /// (`{"messages": [...], "tools": [...]}`); one JSON line out per line in.

@@ -10,6 +10,7 @@ pub mod commands;
 pub mod conversation;
 pub mod curate;
 pub mod hub;
+pub mod journal;
 pub mod pipeline;
 pub mod plan;
 pub mod printer;
@@ -39,6 +40,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
             threads,
             locked,
             timings,
+            fresh,
         } => commands::build::run(
             &commands::build::BuildArgs {
                 pipeline,
@@ -46,6 +48,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
                 locked,
                 timings,
                 output: None,
+                fresh,
             },
             &printer,
         ),

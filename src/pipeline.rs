@@ -17,13 +17,14 @@ use crate::curate::ledger::{
 };
 use crate::curate::row::Curator;
 use crate::curate::select::AllocError;
+use crate::journal::{Journal, JournalError, PassKind, PassMode, Positions, Recorder, RowEvent};
 use crate::plan::Plan;
 use crate::process::{Outcome, RowProcessor, SpotChecks, Tokenized};
 use crate::read::{read_files_with, RawRow, ReadError, Record};
 use crate::reject::{Reject, Skip};
 use crate::report::timings::{PoolStage, Timings};
 use crate::report::SourceStats;
-use crate::write::{shuffle_key, Spill, TokenRow};
+use crate::write::{shuffle_key, SideOutput, Spill, TokenRow};
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -53,9 +54,9 @@ const MAX_WORK_ROUNDS: usize = 64;
 /// Where a run writes its side outputs and rows.
 pub struct Sinks<'a> {
     pub spill: &'a mut Spill,
-    pub rejects: &'a mut (dyn Write + Send),
-    pub filtered: &'a mut (dyn Write + Send),
-    pub conversations: &'a mut (dyn Write + Send),
+    pub rejects: &'a mut dyn SideOutput,
+    pub filtered: &'a mut dyn SideOutput,
+    pub conversations: &'a mut dyn SideOutput,
 }
 
 /// Progress callbacks, so the pipeline never draws anything itself.
@@ -87,6 +88,8 @@ pub enum RunError {
     NoConvergence(String),
     #[error("{0}")]
     Curate(String),
+    #[error(transparent)]
+    Journal(#[from] JournalError),
 }
 
 /// What a run produced besides the spilled rows.
@@ -103,6 +106,30 @@ pub fn run(
     progress: &dyn Progress,
     pool: &rayon::ThreadPool,
     timings: &Timings,
+) -> Result<RunOutput, RunError> {
+    let mut journal = Journal::disabled();
+    run_journaled(
+        plan,
+        processor,
+        sinks,
+        progress,
+        pool,
+        timings,
+        &mut journal,
+    )
+}
+
+/// [`run`], recording each pass in `journal` and replaying the passes it has recorded already
+/// (a resumed build: `sinks` then stand where the last recorded pass left them, see
+/// [`crate::journal`]).
+pub fn run_journaled(
+    plan: &Plan,
+    processor: &RowProcessor,
+    sinks: &mut Sinks,
+    progress: &dyn Progress,
+    pool: &rayon::ThreadPool,
+    timings: &Timings,
+    journal: &mut Journal,
 ) -> Result<RunOutput, RunError> {
     let curator = Curator::new(plan).map_err(RunError::Curate)?;
     let selection = plan
@@ -131,20 +158,24 @@ pub fn run(
         pool,
         progress,
     };
-    for index in 0..plan.sources.len() {
-        ctx.scan(index, &mut ledger, sinks)?;
-    }
-    ledger.decide();
-    for note in ledger.dropped_notes() {
-        write_note(sinks.filtered, plan, &note, "filtered.jsonl")?;
-    }
-    let mut conversations_len = 0u64;
-    let mut sequence = 0u64;
+    let restored = journal.positions()?.unwrap_or_default();
     let mut out = Out {
         sinks,
-        conversations_len: &mut conversations_len,
-        sequence: &mut sequence,
+        conversations_len: restored.conversations,
+        sequence: restored.sequence,
+        journal,
     };
+    for index in 0..plan.sources.len() {
+        ctx.scan(index, &mut ledger, &mut out)?;
+    }
+    ledger.decide();
+    // Written before the first work pass: already in `filtered.jsonl` when that pass is
+    // replayed.
+    if !out.journal.replaying() {
+        for note in ledger.dropped_notes() {
+            write_note(out.sinks.filtered, plan, &note, "filtered.jsonl")?;
+        }
+    }
     // Before anything is measured: every source gets what a first estimate of its share
     // needs, then the allocation asks for more where it must.
     let allocations = {
@@ -227,12 +258,35 @@ struct Context<'a> {
     progress: &'a dyn Progress,
 }
 
-/// The writers of the work passes and their running positions.
+/// The writers of the passes, their running positions and the journal.
 struct Out<'a, 's> {
     sinks: &'a mut Sinks<'s>,
-    conversations_len: &'a mut u64,
+    conversations_len: u64,
     /// Arrival sequence, the sort key when not shuffling.
-    sequence: &'a mut u64,
+    sequence: u64,
+    journal: &'a mut Journal,
+}
+
+impl Out<'_, '_> {
+    /// Ends a pass: the side outputs are synced and the pass's record closed with where they
+    /// stand (nothing to do when the journal is off).
+    fn finish_pass(&mut self, recorder: Recorder) -> Result<(), RunError> {
+        if !recorder.active() {
+            return Ok(());
+        }
+        let sync = |name: &str, w: &mut dyn SideOutput| {
+            w.sync_point()
+                .map_err(|e| RunError::SideOutput(name.to_owned(), e))
+        };
+        let positions = Positions {
+            rejects: sync("rejects.jsonl", self.sinks.rejects)?,
+            filtered: sync("filtered.jsonl", self.sinks.filtered)?,
+            conversations: sync("conversations.jsonl", self.sinks.conversations)?,
+            sequence: self.sequence,
+            spill: self.sinks.spill.sync_point()?,
+        };
+        Ok(recorder.finish(positions)?)
+    }
 }
 
 /// What the scan found for one row.
@@ -259,8 +313,36 @@ struct WorkDone {
 }
 
 impl Context<'_> {
-    fn scan(&self, index: usize, ledger: &mut Ledger, sinks: &mut Sinks) -> Result<(), RunError> {
+    fn scan(&self, index: usize, ledger: &mut Ledger, out: &mut Out) -> Result<(), RunError> {
         let source = &self.plan.sources[index];
+        let mut recorder =
+            match out.journal.begin(PassKind::Scan, index)? {
+                PassMode::Record(recorder) => recorder,
+                PassMode::Replay(mut replay) => {
+                    while let Some(event) = replay.next_event()? {
+                        ledger.read(index);
+                        match event {
+                            RowEvent::Rejected(reason) => ledger.rejected(index, reason),
+                            RowEvent::Filtered(filter) => ledger.filtered(index, &filter),
+                            RowEvent::Candidate {
+                                file,
+                                row,
+                                shown,
+                                scanned,
+                            } => {
+                                let name = selection_name(&source.display_files[file as usize]);
+                                ledger.candidate(index, (file, row, shown), name, scanned);
+                            }
+                            RowEvent::Worked { .. } => return Err(RunError::Curate(
+                                "the build journal holds work in a scan pass; run with `--fresh`"
+                                    .to_owned(),
+                            )),
+                        }
+                    }
+                    return Ok(());
+                }
+            };
+        let sinks = &mut *out.sinks;
         self.progress
             .source_started(&format!("{} (scan)", source.name), None);
         let (mut read, mut candidates) = (0u64, 0u64);
@@ -281,6 +363,7 @@ impl Context<'_> {
                 ledger.read(index);
                 match scanned {
                     ScanRow::Rejected(reject) => {
+                        recorder.record(&RowEvent::Rejected(reject.reason))?;
                         ledger.rejected(index, reject.reason);
                         let note = RowNote {
                             source: index,
@@ -294,6 +377,11 @@ impl Context<'_> {
                         write_note(sinks.rejects, self.plan, &note, "rejects.jsonl")?;
                     }
                     ScanRow::Filtered { filter, detail } => {
+                        let event = RowEvent::Filtered(filter);
+                        recorder.record(&event)?;
+                        let RowEvent::Filtered(filter) = event else {
+                            unreachable!()
+                        };
                         ledger.filtered(index, &filter);
                         let note = RowNote {
                             source: index,
@@ -307,6 +395,16 @@ impl Context<'_> {
                         write_note(sinks.filtered, self.plan, &note, "filtered.jsonl")?;
                     }
                     ScanRow::Candidate(scanned) => {
+                        let event = RowEvent::Candidate {
+                            file,
+                            row,
+                            shown,
+                            scanned,
+                        };
+                        recorder.record(&event)?;
+                        let RowEvent::Candidate { scanned, .. } = event else {
+                            unreachable!()
+                        };
                         let name = selection_name(&source.display_files[file as usize]);
                         let at = (file, row, shown);
                         if let Some(of) = ledger.candidate(index, at, name, scanned) {
@@ -331,7 +429,8 @@ impl Context<'_> {
             self.progress.rows_done(read, candidates, 0);
             Ok(())
         };
-        self.pass(index, None, &work, &mut commit)
+        self.pass(index, None, &work, &mut commit)?;
+        out.finish_pass(recorder)
     }
 
     /// Adapts, validates and curates one row (no rendering).
@@ -380,6 +479,27 @@ impl Context<'_> {
         if wanted.is_empty() {
             return Ok(());
         }
+        let mut recorder = match out.journal.begin(PassKind::Work, index)? {
+            PassMode::Record(recorder) => recorder,
+            PassMode::Replay(mut replay) => {
+                while let Some(event) = replay.next_event()? {
+                    let RowEvent::Worked {
+                        file,
+                        row,
+                        copy,
+                        work,
+                    } = event
+                    else {
+                        return Err(RunError::Curate(
+                            "the build journal holds scan records in a work pass; run with `--fresh`"
+                                .to_owned(),
+                        ));
+                    };
+                    ledger.worked(index, file, row, copy, work);
+                }
+                return Ok(());
+            }
+        };
         let source = &self.plan.sources[index];
         self.progress
             .source_started(&source.name, Some(wanted.len() as u64));
@@ -426,19 +546,22 @@ impl Context<'_> {
                                 out,
                             )?;
                             tokens += kept.tokens;
-                            ledger.worked(index, r.file, r.row, copy, Work::Kept(kept));
+                            let (file, row) = (r.file, r.row);
+                            let work = Work::Kept(kept);
+                            record_work(&mut recorder, ledger, index, (file, row, copy), work)?;
                         }
                         continue;
                     }
                 };
                 // A row the scan kept is never rejected or filtered as a copy: copies are
                 // only made of kept rows, and the work is deterministic.
-                ledger.worked(index, r.file, r.row, 0, work);
+                record_work(&mut recorder, ledger, index, (r.file, r.row, 0), work)?;
             }
             self.progress.rows_done(done, done, tokens);
             Ok(())
         };
-        self.pass(index, Some(wanted), &work, &mut commit)
+        self.pass(index, Some(wanted), &work, &mut commit)?;
+        out.finish_pass(recorder)
     }
 
     /// The work pass's parallel part for a batch.
@@ -532,12 +655,12 @@ impl Context<'_> {
         let line = self.timings.time(PoolStage::Serialize, || {
             to_sharegpt_record(conversation, &format!("{id}{suffix}"), &source.name).json_line()
         });
-        let start = *out.conversations_len;
+        let start = out.conversations_len;
         out.sinks
             .conversations
             .write_all(line.as_bytes())
             .map_err(|e| RunError::SideOutput("conversations.jsonl".to_owned(), e))?;
-        *out.conversations_len += line.len() as u64;
+        out.conversations_len += line.len() as u64;
         let (turns, tool_calls) =
             crate::report::stats::DatasetStats::conversation_counts(conversation);
         let mut kept = KeptWork {
@@ -560,9 +683,9 @@ impl Context<'_> {
             let key = if self.plan.shuffle {
                 shuffle_key(self.plan.seed, &sample_id)
             } else {
-                *out.sequence
+                out.sequence
             };
-            *out.sequence += 1;
+            out.sequence += 1;
             kept.rows += 1;
             kept.tokens += r.ids.len() as u64;
             kept.supervised_tokens += r.supervised() as u64;
@@ -728,6 +851,27 @@ fn copies_of(wanted: &[Wanted], file: u32, row: u64) -> Vec<u32> {
         .take_while(|w| (w.file, w.row) == (file, row))
         .map(|w| w.copy)
         .collect()
+}
+
+/// Records a work outcome, then hands it to the ledger.
+fn record_work(
+    recorder: &mut Recorder,
+    ledger: &mut Ledger,
+    index: usize,
+    (file, row, copy): (u32, u64, u32),
+    work: Work,
+) -> Result<(), RunError> {
+    let event = RowEvent::Worked {
+        file,
+        row,
+        copy,
+        work,
+    };
+    recorder.record(&event)?;
+    if let RowEvent::Worked { work, .. } = event {
+        ledger.worked(index, file, row, copy, work);
+    }
+    Ok(())
 }
 
 /// The value of a job, or its panic re-raised here.

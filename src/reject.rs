@@ -1,12 +1,12 @@
 //! Why a row did not become training data. Rejects are data, not errors: they are counted per
 //! source, written to `rejects.jsonl`, and never stop a run.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::fmt;
 
 /// A row the pipeline could not use (bad input or a template/validation failure).
 /// The snake_case codes are stable: they appear in manifests and reject files.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum RejectReason {
     /// The line or record is not valid JSON.
@@ -95,7 +95,7 @@ impl fmt::Display for RejectReason {
 }
 
 /// A rejected row: the reason code and a message naming the field at fault.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Reject {
     pub reason: RejectReason,
     pub message: String,
@@ -160,7 +160,7 @@ impl From<Reject> for Skip {
 }
 
 /// A safe change an adapter or validator made to keep a row. Counted per source.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Repair {
     /// Tool-call arguments given as a JSON string were parsed into an object.

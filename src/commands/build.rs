@@ -1,5 +1,6 @@
 //! `chatshards build PIPELINE.yaml`
 
+use crate::journal::{InputStamp, Journal, ResumeKey};
 use crate::pipeline::{self, Sinks};
 use crate::plan::{self, HubAccess, Plan};
 use crate::printer::Printer;
@@ -33,6 +34,8 @@ pub struct BuildArgs {
     pub timings: bool,
     /// Write here instead of the pipeline's `output.dir` (`verify --rebuild`).
     pub output: Option<PathBuf>,
+    /// Discard an interrupted build's state instead of going on from it.
+    pub fresh: bool,
 }
 
 pub fn run(args: &BuildArgs, printer: &Printer) -> Result<()> {
@@ -70,8 +73,24 @@ fn build(
 ) -> Result<()> {
     // First: a refused or locked output directory fails at once, before any work.
     let out = &plan.output_dir;
-    let output = write::output::Output::prepare(out, &placement(plan))?;
+    let key = resume_key(plan)?;
+    let resume = if args.fresh {
+        write::output::Resume::Fresh
+    } else {
+        write::output::Resume::IfSame(&key)
+    };
+    let output = write::output::Output::prepare(out, &placement(plan), resume)?;
     let staging = output.staging().to_owned();
+    let work_dir = output.work_dir();
+    let mut journal = Journal::open(&work_dir.join(write::output::JOURNAL), &key)?;
+    let restored = journal.positions()?;
+    if restored.is_some() {
+        printer.info(&format!(
+            "resuming the interrupted build in `{}`: {} pass(es) are recorded and replayed",
+            staging.display(),
+            journal.recorded()
+        ));
+    }
     for note in &plan.notes {
         printer.info(&format!("note: {note}"));
     }
@@ -90,14 +109,29 @@ fn build(
         .build()
         .context("failed to start the thread pool")?;
     let progress = BuildProgress::new(printer);
-    let spill_dir = staging.join(".spill");
-    let mut spill = Spill::new(&spill_dir, plan.shuffle)?;
-    let mut rejects = create(&staging.join("rejects.jsonl"))?;
-    let mut filtered = create(&staging.join("filtered.jsonl"))?;
+    let spill_dir = work_dir.join(write::output::SPILL);
+    let rejects_path = staging.join("rejects.jsonl");
+    let filtered_path = staging.join("filtered.jsonl");
     // Hundreds of MB for a large build, never read back: written around the page cache.
-    let path = staging.join("conversations.jsonl");
-    let mut conversations = write::OutputFile::create(&path)
-        .with_context(|| format!("failed to create `{}`", path.display()))?;
+    let path = work_dir.join(write::output::CONVERSATIONS);
+    let resumed = |p: &Path| format!("failed to resume `{}`", p.display());
+    let (mut spill, mut rejects, mut filtered, mut conversations) = match &restored {
+        None => (
+            Spill::new(&spill_dir, plan.shuffle)?,
+            create(&rejects_path)?,
+            create(&filtered_path)?,
+            write::OutputFile::create(&path)
+                .with_context(|| format!("failed to create `{}`", path.display()))?,
+        ),
+        Some(at) => (
+            Spill::resume(&spill_dir, plan.shuffle, &at.spill)?,
+            write::reopen_side_output(&rejects_path, at.rejects)
+                .with_context(|| resumed(&rejects_path))?,
+            write::reopen_side_output(&filtered_path, at.filtered)
+                .with_context(|| resumed(&filtered_path))?,
+            write::OutputFile::resume(&path, at.conversations).with_context(|| resumed(&path))?,
+        ),
+    };
     // stats.json: rows are counted as the shards are written, conversations (turns and tool
     // calls) from the settled selection.
     let mut row_stats = DatasetStats::new(
@@ -111,7 +145,15 @@ fn build(
         conversations: &mut conversations,
     };
     timings.end_phase(Phase::StartUp);
-    let run = pipeline::run(plan, &processor, &mut sinks, &progress, &pool, timings)?;
+    let run = pipeline::run_journaled(
+        plan,
+        &processor,
+        &mut sinks,
+        &progress,
+        &pool,
+        timings,
+        &mut journal,
+    )?;
     progress.finish();
     rejects.flush().context("failed to write rejects.jsonl")?;
     filtered.flush().context("failed to write filtered.jsonl")?;
@@ -120,10 +162,11 @@ fn build(
         .context("failed to write conversations.jsonl")?;
     drop(conversations);
     let settled = run.settled;
-    if !settled.excluded_lines.is_empty() {
-        write::drop_line_ranges(&path, &settled.excluded_lines)
-            .with_context(|| format!("failed to rewrite `{}`", path.display()))?;
-    }
+    // Written in the working directory (a resumed build goes on from it), copied into the
+    // output without the conversations that were not selected.
+    let final_conversations = staging.join("conversations.jsonl");
+    write::copy_without_ranges(&path, &final_conversations, &settled.excluded_lines)
+        .with_context(|| format!("failed to write `{}`", final_conversations.display()))?;
     let stats = settled.stats.clone();
     for &(source, turns, tool_calls) in &settled.conversations {
         row_stats.add_conversation(source, u64::from(turns), u64::from(tool_calls));
@@ -181,7 +224,6 @@ fn build(
         Ok(files) => files?,
         Err(panic) => std::panic::resume_unwind(panic),
     };
-    fs::remove_dir_all(&spill_dir).ok();
 
     let shard_files: Vec<String> = shards.iter().map(|s| s.file.clone()).collect();
     let dataset_sha256 = identity::dataset_sha256(shards.iter().map(|s| s.sha256.as_str()));
@@ -240,6 +282,37 @@ fn build(
         });
     }
     Ok(())
+}
+
+/// What an interrupted build must share with this one to be gone on from.
+fn resume_key(plan: &Plan) -> Result<ResumeKey> {
+    let pipeline = identity::pipeline_value(&plan.pipeline_yaml)
+        .with_context(|| format!("failed to read `{}`", plan.path.display()))?;
+    let mut inputs = Vec::new();
+    let sources = plan
+        .sources
+        .iter()
+        .flat_map(|s| s.files.iter().zip(&s.display_files));
+    let benchmarks = plan
+        .decontaminate
+        .iter()
+        .flat_map(|d| d.files.iter().zip(&d.display_files))
+        .flat_map(|(paths, shown)| paths.iter().zip(shown));
+    for (path, shown) in sources.chain(benchmarks) {
+        inputs.push(
+            InputStamp::of(path, shown)
+                .with_context(|| format!("failed to read `{}`", path.display()))?,
+        );
+    }
+    Ok(ResumeKey {
+        tool_version: Tool::current().version.to_owned(),
+        pipeline,
+        lock_sha256: plan.lock.as_ref().map(|l| l.sha256.clone()),
+        template_sha256: plan.template.sha256.clone(),
+        template_kwargs: serde_json::Value::Object(plan.template.kwargs.clone()),
+        tokenizer_sha256: plan.tokenizer_sha256.clone(),
+        inputs,
+    })
 }
 
 /// Builds the per-row processor (renderer, tokenizer, validator) for a plan.

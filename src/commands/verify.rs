@@ -339,6 +339,7 @@ fn rebuild(out: &OutputDir, threads: Option<usize>, printer: &Printer) -> Result
             locked: record.lock.is_some(),
             timings: false,
             output: Some(temp.clone()),
+            fresh: true,
         },
         &Printer::Quiet,
     )

@@ -33,6 +33,7 @@ struct Candidate {
 }
 
 /// What the scan found for one row that survived validation and the content filters.
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
 pub struct Scanned {
     pub fingerprint: Option<Fingerprint>,
     pub bands: Option<Box<[u64]>>,
@@ -55,7 +56,7 @@ pub enum Dropped {
 }
 
 /// The result of rendering and tokenizing one candidate.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub enum Work {
     Kept(KeptWork),
     Rejected(Reject),
@@ -66,7 +67,7 @@ pub enum Work {
     },
 }
 
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
 pub struct KeptWork {
     /// Output rows (several under `expand`).
     pub rows: u32,

@@ -33,6 +33,9 @@ pub struct OutputFile {
     direct: bool,
     /// Bytes per write, a multiple of [`ALIGN`].
     block: usize,
+    /// The furthest byte a [`OutputFile::sync_point`] wrote (padding included), so that the
+    /// end of the file can be cut back to what was really written.
+    high: u64,
 }
 
 impl OutputFile {
@@ -50,10 +53,37 @@ impl OutputFile {
     /// `direct: false` makes an ordinary buffered file (to compare the two in tests).
     fn create_with(path: &Path, direct: bool, block: usize) -> io::Result<OutputFile> {
         let (file, direct) = if direct {
-            open(path)?
+            open(path, true)?
         } else {
             (File::create(path)?, false)
         };
+        Self::with_file(file, direct, block, 0)
+    }
+
+    /// [`OutputFile::reopen`] for a file written in 1 MiB blocks ([`OutputFile::create`]).
+    pub fn resume(path: &Path, len: u64) -> io::Result<OutputFile> {
+        Self::reopen(path, len, BLOCK)
+    }
+
+    /// Reopens a file at a length that [`OutputFile::sync_point`] returned (say, after the
+    /// process was killed), dropping whatever was written after it, to go on writing as if the
+    /// process had never stopped.
+    pub fn reopen(path: &Path, len: u64, block: usize) -> io::Result<OutputFile> {
+        use std::os::unix::fs::FileExt;
+        let block = block.max(1).next_multiple_of(ALIGN);
+        let aligned = len / ALIGN as u64 * ALIGN as u64;
+        let mut tail = vec![0u8; (len - aligned) as usize];
+        File::open(path)?.read_exact_at(&mut tail, aligned)?;
+        let (mut file, direct) = open(path, false)?;
+        file.set_len(aligned)?;
+        file.seek(SeekFrom::Start(aligned))?;
+        let mut out = Self::with_file(file, direct, block, aligned)?;
+        out.buffer[out.start..out.start + tail.len()].copy_from_slice(&tail);
+        out.len = tail.len();
+        Ok(out)
+    }
+
+    fn with_file(file: File, direct: bool, block: usize, written: u64) -> io::Result<OutputFile> {
         let buffer = vec![0u8; block + ALIGN];
         let start = buffer.as_ptr().align_offset(ALIGN);
         // `align_offset` may in principle decline; the file then stays buffered.
@@ -63,9 +93,10 @@ impl OutputFile {
             buffer,
             start: start.min(ALIGN),
             len: 0,
-            written: 0,
+            written,
             direct,
             block,
+            high: written,
         };
         if !direct {
             out.buffered()?;
@@ -91,7 +122,54 @@ impl OutputFile {
             self.write_staged()?;
         }
         self.flush()?;
+        self.cut_back()?;
         Ok(len)
+    }
+
+    /// Makes everything written so far durable (`fsync`) and returns the length to reopen the
+    /// file at after a crash ([`OutputFile::reopen`]). The staged tail is written in place
+    /// (padded to 4 KiB while direct) and stays staged, so the next block rewrites it whole:
+    /// until then the file may hold zeros past the returned length.
+    pub fn sync_point(&mut self) -> io::Result<u64> {
+        use std::os::unix::fs::FileExt;
+        let len = self.written + self.len as u64;
+        if self.len > 0 {
+            let staged = self.start..self.start + self.len;
+            let padded = self.start + self.len.next_multiple_of(ALIGN);
+            let result = if self.direct {
+                self.buffer[staged.end..padded].fill(0);
+                self.file
+                    .write_all_at(&self.buffer[self.start..padded], self.written)
+            } else {
+                self.file
+                    .write_all_at(&self.buffer[staged.clone()], self.written)
+            };
+            match result {
+                Ok(()) => {}
+                Err(e) if self.direct && e.raw_os_error() == Some(EINVAL) => {
+                    self.buffered()?;
+                    self.file.write_all_at(&self.buffer[staged], self.written)?;
+                }
+                Err(e) => return Err(e),
+            }
+            let end = if self.direct {
+                padded
+            } else {
+                self.start + self.len
+            } - self.start;
+            self.high = self.high.max(self.written + end as u64);
+        }
+        self.file.sync_data()?;
+        Ok(len)
+    }
+
+    /// Drops what a sync point wrote past the end of the data.
+    fn cut_back(&mut self) -> io::Result<()> {
+        if self.high > self.written {
+            self.file.set_len(self.written)?;
+            self.high = self.written;
+        }
+        Ok(())
     }
 
     /// Flushes everything, then waits until it is on disk (`fsync`).
@@ -149,7 +227,7 @@ impl Write for OutputFile {
     /// direct I/O for this file (later writes are buffered), so call it once, at the end.
     fn flush(&mut self) -> io::Result<()> {
         if self.len == 0 {
-            return Ok(());
+            return self.cut_back();
         }
         if self.direct {
             let aligned = self.len / ALIGN * ALIGN;
@@ -168,7 +246,7 @@ impl Write for OutputFile {
         if self.len > 0 {
             self.write_staged()?;
         }
-        Ok(())
+        self.cut_back()
     }
 }
 
@@ -249,10 +327,10 @@ const EINVAL: i32 = 22;
 
 /// Opens `path` for direct writes where the filesystem allows it; says whether it did.
 #[cfg(target_os = "linux")]
-fn open(path: &Path) -> io::Result<(File, bool)> {
+fn open(path: &Path, truncate: bool) -> io::Result<(File, bool)> {
     use std::os::unix::fs::OpenOptionsExt;
     let mut options = std::fs::OpenOptions::new();
-    options.write(true).create(true).truncate(true);
+    options.write(true).create(true).truncate(truncate);
     match options.clone().custom_flags(libc::O_DIRECT).open(path) {
         Ok(file) => Ok((file, true)),
         Err(e) if e.raw_os_error() == Some(libc::EINVAL) => Ok((options.open(path)?, false)),
@@ -261,8 +339,13 @@ fn open(path: &Path) -> io::Result<(File, bool)> {
 }
 
 #[cfg(not(target_os = "linux"))]
-fn open(path: &Path) -> io::Result<(File, bool)> {
-    Ok((File::create(path)?, false))
+fn open(path: &Path, truncate: bool) -> io::Result<(File, bool)> {
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(truncate)
+        .open(path)?;
+    Ok((file, false))
 }
 
 /// Opens `path` for direct reads where the filesystem allows it; says whether it did.
@@ -367,6 +450,52 @@ mod tests {
         assert_eq!(direct.len(), want.len(), "direct I/O used: {was_direct}");
         assert!(direct == want, "direct I/O used: {was_direct}");
         assert!(buffered == want);
+    }
+
+    #[test]
+    fn sync_points_change_nothing_and_a_reopened_file_goes_on_exactly() {
+        let sizes = [ALIGN + 3, 10, BLOCK - 5, 2 * BLOCK + 9, ALIGN, 1];
+        let pieces: Vec<Vec<u8>> = sizes
+            .iter()
+            .enumerate()
+            .map(|(i, &n)| bytes(n, 10 + i as u32))
+            .collect();
+        let want = pieces.concat();
+        for direct in [true, false] {
+            let dir = tempfile::tempdir().expect("tempdir");
+            let path = dir.path().join("out");
+            // Uninterrupted, with a sync point after every piece.
+            let mut f = OutputFile::create_with(&path, direct, BLOCK).expect("create");
+            let mut points = Vec::new();
+            for p in &pieces {
+                f.write_all(p).expect("write");
+                points.push(f.sync_point().expect("sync point"));
+            }
+            f.sync_all().expect("sync");
+            drop(f);
+            assert!(
+                std::fs::read(&path).expect("read") == want,
+                "direct {direct}"
+            );
+            // Killed after piece i (what followed it half written), reopened, finished.
+            for (i, &at) in points.iter().enumerate() {
+                let mut f = OutputFile::create_with(&path, direct, BLOCK).expect("create");
+                for p in &pieces[..=i] {
+                    f.write_all(p).expect("write");
+                }
+                assert_eq!(f.sync_point().expect("sync point"), at);
+                f.write_all(&bytes(BLOCK + 17, 99)).expect("write junk");
+                std::mem::forget(f);
+                let mut f = OutputFile::reopen(&path, at, BLOCK).expect("reopen");
+                for p in &pieces[i + 1..] {
+                    f.write_all(p).expect("write");
+                }
+                f.sync_all().expect("sync");
+                drop(f);
+                let got = std::fs::read(&path).expect("read");
+                assert!(got == want, "direct {direct}, reopened after piece {i}");
+            }
+        }
     }
 
     #[test]

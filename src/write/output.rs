@@ -29,8 +29,14 @@
 //!   refuses at once. The kernel drops the lock when the process dies, however it dies, so a
 //!   killed build never leaves it stuck. The (empty) lock file stays: removing it would let two
 //!   builds lock two different files.
-//! - **Clean failure.** On any error, on a panic and on SIGINT / SIGTERM the staging directory
-//!   is removed ([`discard_staging`], the one place to change if a resume feature keeps it).
+//! - **Resume.** The staging directory holds the build's working files in `.work/` (the spill
+//!   and the journal, [`crate::journal`]). A build killed (SIGKILL, power loss) or interrupted
+//!   (SIGINT / SIGTERM) once a pass is recorded leaves `DIR.partial` in place, and the next build
+//!   of the same pipeline and inputs goes on from it; a build of something else refuses, naming
+//!   what changed, until it is run with `--fresh` (which discards it). `.work/` is moved out
+//!   of the staging directory just before the swap, so it is never part of an output.
+//! - **Clean failure.** On any error and on a panic the staging directory is removed
+//!   ([`discard_staging`]); an error is not resumed (fix its cause and build again).
 
 use anyhow::{bail, Context, Result};
 use serde::Deserialize;
@@ -38,6 +44,8 @@ use std::fs;
 use std::io::Write;
 use std::path::{Component, Path, PathBuf};
 use std::sync::Mutex;
+
+use crate::journal::{Journal, ResumeKey};
 
 /// Every fixed file name a build writes into its output directory, besides the shards the
 /// manifest lists. A new output file is one more line here (and then recognized and replaced).
@@ -56,8 +64,23 @@ pub const WRITTEN_FILES: &[&str] = &[
     "report.html",
 ];
 
-/// The spill directory inside the staging directory (never in a finished output).
-pub const SPILL_DIR: &str = ".spill";
+/// The working files inside the staging directory (never in a finished output): the spill
+/// ([`SPILL`]) and the journal ([`JOURNAL`]).
+pub const WORK_DIR: &str = ".work";
+pub const SPILL: &str = "spill";
+pub const JOURNAL: &str = "journal";
+/// `conversations.jsonl` as the passes write it, in the working files.
+pub const CONVERSATIONS: &str = "conversations.jsonl";
+/// The name of the spill directory of earlier versions, cleared like the rest.
+const OLD_SPILL_DIR: &str = ".spill";
+
+/// Whether a build may go on from an interrupted one in its staging directory.
+pub enum Resume<'a> {
+    /// Never: an interrupted build's state is discarded.
+    Fresh,
+    /// When the interrupted build has this key; refused, naming the differences, otherwise.
+    IfSame(&'a ResumeKey),
+}
 
 /// Entries that mark a directory as a project or repository root, which is never an output.
 pub const PROJECT_MARKERS: &[&str] = &[
@@ -391,12 +414,16 @@ fn install_signal_cleanup() -> Result<()> {
             if let Some(signal) = signals.forever().next() {
                 let staging = STAGING.lock().unwrap_or_else(|e| e.into_inner());
                 if let Some(path) = staging.as_deref() {
-                    discard_staging(path);
-                    let _ = writeln!(
-                        std::io::stderr(),
-                        "interrupted: removed the unfinished `{}`",
-                        path.display()
-                    );
+                    let message = if has_recorded_pass(path) {
+                        format!(
+                            "interrupted: `{}` keeps the passes done so far; run the same build again to go on from them (or with `--fresh` to start over)",
+                            path.display()
+                        )
+                    } else {
+                        discard_staging(path);
+                        format!("interrupted: removed the unfinished `{}`", path.display())
+                    };
+                    let _ = writeln!(std::io::stderr(), "{message}");
                 }
                 std::process::exit(128 + signal);
             }
@@ -413,12 +440,13 @@ pub struct Output {
     staging: PathBuf,
     _lock: fs::File,
     committed: bool,
+    resumed: bool,
 }
 
 impl Output {
     /// Checks `dir` (see the module docs), takes its lock, clears what a killed build left
     /// beside it and creates the staging directory.
-    pub fn prepare(dir: &Path, placement: &Placement) -> Result<Output> {
+    pub fn prepare(dir: &Path, placement: &Placement, resume: Resume) -> Result<Output> {
         let dir = resolve(dir)?;
         check_placement(&dir, placement)?;
         inspect(&dir)?;
@@ -446,11 +474,17 @@ impl Output {
         }
         // Checked again under the lock: another build may have finished meanwhile.
         inspect(&dir)?;
-        clear_stale_staging(&staging)?;
+        let done = sibling(&dir, "work-done");
+        if fs::symlink_metadata(&done).is_ok() {
+            remove_work_files(&done)?;
+        }
+        let resumed = clear_stale_staging(&staging, &resume)?;
         install_signal_cleanup()?;
         let mut registered = STAGING.lock().unwrap_or_else(|e| e.into_inner());
-        fs::create_dir(&staging)
-            .with_context(|| format!("failed to create `{}`", staging.display()))?;
+        if !resumed {
+            fs::create_dir(&staging)
+                .with_context(|| format!("failed to create `{}`", staging.display()))?;
+        }
         *registered = Some(staging.clone());
         drop(registered);
         Ok(Output {
@@ -458,6 +492,7 @@ impl Output {
             staging,
             _lock: lock,
             committed: false,
+            resumed,
         })
     }
 
@@ -469,6 +504,16 @@ impl Output {
     /// Where the build writes.
     pub fn staging(&self) -> &Path {
         &self.staging
+    }
+
+    /// The build's working files (spill, journal), inside the staging directory.
+    pub fn work_dir(&self) -> PathBuf {
+        self.staging.join(WORK_DIR)
+    }
+
+    /// Whether the staging directory is an interrupted build's, to go on from.
+    pub fn resumed(&self) -> bool {
+        self.resumed
     }
 
     /// Keeps the rejects of a build that is about to fail (no row kept, say) beside the
@@ -484,6 +529,14 @@ impl Output {
     /// system allows, then removes the files of the output it replaced.
     pub fn commit(mut self) -> Result<()> {
         let mut registered = STAGING.lock().unwrap_or_else(|e| e.into_inner());
+        // The working files leave first (one rename): they are never part of an output, and
+        // removing them (the spill is as large as the shards) waits until the swap is done.
+        let work = self.staging.join(WORK_DIR);
+        let done = sibling(&self.dir, "work-done");
+        if fs::symlink_metadata(&work).is_ok() {
+            fs::rename(&work, &done)
+                .with_context(|| format!("failed to move `{}` aside", work.display()))?;
+        }
         // The directory may have changed during a long build: checked once more.
         let existing = inspect(&self.dir)?;
         let replaced = match existing {
@@ -515,6 +568,9 @@ impl Output {
         self.committed = true;
         *registered = None;
         drop(registered);
+        if fs::symlink_metadata(&done).is_ok() {
+            remove_work_files(&done)?;
+        }
         // A stale rejects file of an earlier failed build is misleading now.
         let stale = sibling(&self.dir, "rejects.jsonl");
         if stale.is_file() {
@@ -579,27 +635,73 @@ fn lock(dir: &Path) -> Result<fs::File> {
     Ok(file)
 }
 
-/// Removes what a killed build left in `DIR.partial`: its staging files, or an old output it
-/// had swapped out but not yet removed. Anything else there is refused.
-fn clear_stale_staging(staging: &Path) -> Result<()> {
+/// Whether an interrupted build in `staging` recorded a pass (so that it can go on).
+fn has_recorded_pass(staging: &Path) -> bool {
+    staging
+        .join(WORK_DIR)
+        .join(JOURNAL)
+        .join("pass-000000.bin")
+        .is_file()
+}
+
+/// Removes the working files a finished build moved aside (`DIR.work-done`), checking that
+/// they are nothing else.
+fn remove_work_files(done: &Path) -> Result<()> {
+    let names = entries(done)?;
+    if !names
+        .iter()
+        .all(|(n, kind)| (kind.is_dir() && (n == SPILL || n == JOURNAL)) || n == CONVERSATIONS)
+    {
+        bail!(
+            "`{}` is in the way: it holds {} that a chatshards build did not write. Move it away",
+            done.display(),
+            list(&names.into_iter().map(|(n, _)| n).collect::<Vec<_>>())
+        );
+    }
+    fs::remove_dir_all(done).with_context(|| format!("failed to remove `{}`", done.display()))
+}
+
+/// Deals with what a killed build left in `DIR.partial`: its staging files are kept to go on
+/// from (returns `true`) when `resume` allows it and they have a recorded pass, else removed;
+/// an old output it had swapped out but not yet removed is removed. Anything else there is
+/// refused.
+fn clear_stale_staging(staging: &Path, resume: &Resume) -> Result<bool> {
     if fs::symlink_metadata(staging).is_err() {
-        return Ok(());
+        return Ok(false);
     }
     let names = entries(staging)?;
     let staged = names.iter().all(|(n, kind)| {
         if kind.is_dir() {
-            n == SPILL_DIR
+            n == WORK_DIR || n == OLD_SPILL_DIR
         } else {
-            WRITTEN_FILES.contains(&n.as_str()) || is_shard_name(n)
+            WRITTEN_FILES.contains(&n.as_str())
+                || is_shard_name(n)
+                || n.strip_prefix('.')
+                    .and_then(|n| n.strip_suffix(".partial"))
+                    .is_some_and(is_shard_name)
         }
     });
     if staged {
+        if let Resume::IfSame(key) = resume {
+            let journal = staging.join(WORK_DIR).join(JOURNAL);
+            if let Some(then) = Journal::key_in(&journal).filter(|_| has_recorded_pass(staging)) {
+                let changed = then.differences(key);
+                if changed.is_empty() {
+                    return Ok(true);
+                }
+                bail!(
+                    "`{}` holds an interrupted build whose inputs or settings differ from this one: {} changed since. Build with `--fresh` to discard it and start over, or undo the change to go on from it",
+                    staging.display(),
+                    changed.join(", ")
+                );
+            }
+        }
         discard_staging(staging);
-        return Ok(());
+        return Ok(false);
     }
     if read_manifest(staging).is_ok() && inspect(staging).is_ok() {
         remove_output(staging)?;
-        return Ok(());
+        return Ok(false);
     }
     bail!(
         "`{}` is in the way: it holds {} that a chatshards build did not write. Move it away",
@@ -720,7 +822,7 @@ mod tests {
         };
         let out = tmp.path().join("out");
         old_output(&out, "old");
-        let output = Output::prepare(&out, &placement).expect("prepare");
+        let output = Output::prepare(&out, &placement, Resume::Fresh).expect("prepare");
         old_output(output.staging(), "new");
         let staging = output.staging().to_owned();
         output.commit().expect("commit");
@@ -730,7 +832,7 @@ mod tests {
         );
         assert!(!staging.exists());
         // Dropped without commit (an error): the staging directory goes, the output stays.
-        let output = Output::prepare(&out, &placement).expect("prepare");
+        let output = Output::prepare(&out, &placement, Resume::Fresh).expect("prepare");
         fs::write(output.staging().join("rejects.jsonl"), "x").expect("write");
         drop(output);
         assert!(!staging.exists());
@@ -748,7 +850,7 @@ mod tests {
         let out = resolved.join("out");
         // Killed between the fallback's two renames: the old output is put back first.
         old_output(&sibling(&out, "old"), "old");
-        let output = Output::prepare(&out, &placement).expect("prepare");
+        let output = Output::prepare(&out, &placement, Resume::Fresh).expect("prepare");
         assert_eq!(
             fs::read_to_string(out.join("data-00000-of-00001.arrow")).expect("restored"),
             "old"
@@ -757,12 +859,14 @@ mod tests {
         drop(output);
         // Killed after the exchange, before the old files were removed: they are removed.
         old_output(&sibling(&out, "partial"), "swapped out");
-        drop(Output::prepare(&out, &placement).expect("prepare"));
+        drop(Output::prepare(&out, &placement, Resume::Fresh).expect("prepare"));
         assert!(!sibling(&out, "partial").exists());
         // A `DIR.partial` holding someone else's files is refused, not removed.
         fs::create_dir(sibling(&out, "partial")).expect("mkdir");
         fs::write(sibling(&out, "partial").join("mine.txt"), "x").expect("write");
-        let err = Output::prepare(&out, &placement).err().expect("refused");
+        let err = Output::prepare(&out, &placement, Resume::Fresh)
+            .err()
+            .expect("refused");
         assert!(
             err.to_string()
                 .contains("is in the way: it holds `mine.txt`"),

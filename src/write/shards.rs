@@ -8,8 +8,7 @@ use super::{
 };
 use crate::report::stats::DatasetStats;
 use anyhow::{bail, Result};
-use std::fs;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 
 /// Encoded bytes of a shard for the writer, and whether they end it.
@@ -48,14 +47,6 @@ pub fn write_shards(
     let buckets = spill.finish()?;
     let (tx, rx) = std::sync::mpsc::sync_channel::<ShardChunk>(2);
     std::thread::scope(|scope| {
-        // Removing a file can wait for the disk (0.35 s per 400 MB of spill measured when it
-        // went through the page cache), so it runs beside the writing instead of in its way.
-        let (read_tx, read) = std::sync::mpsc::channel::<PathBuf>();
-        scope.spawn(move || {
-            for path in read {
-                fs::remove_file(&path).ok();
-            }
-        });
         // The next bucket is read on a thread of their own while this one is written, since
         // direct reads wait for the disk. The hand-over is a rendezvous and each buffer goes
         // back for reuse before the next is taken, so two buffers exist, not more.
@@ -65,10 +56,9 @@ pub fn write_shards(
             let fresh = || SpilledBucket::buffer_for(&buckets);
             for bucket in &buckets {
                 let loaded = Bucket::load(bucket, spare.try_recv().unwrap_or_else(|_| fresh()));
+                // The bucket files stay until the dataset is in place: a build killed
+                // while writing shards resumes from them.
                 let ok = loaded.is_ok();
-                if ok {
-                    let _ = read_tx.send(bucket.path.clone());
-                }
                 if loaded_tx.send(loaded).is_err() || !ok {
                     return;
                 }
@@ -191,7 +181,7 @@ mod tests {
 
     /// Rows per record batch in each shard, read back with the Arrow stream reader.
     fn batch_rows(path: &Path) -> Vec<usize> {
-        let file = fs::File::open(path).expect("shard");
+        let file = std::fs::File::open(path).expect("shard");
         arrow_ipc::reader::StreamReader::try_new(file, None)
             .expect("stream")
             .map(|b| b.expect("batch").num_rows())

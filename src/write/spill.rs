@@ -88,6 +88,56 @@ impl Spill {
         Ok(())
     }
 
+    /// Makes every row pushed so far durable and says where each bucket stands, so that a
+    /// killed build can go on from here ([`Spill::resume`]).
+    pub fn sync_point(&mut self) -> Result<SpillState, WriteError> {
+        let mut buckets = Vec::new();
+        for b in 0..self.buckets.len() {
+            if let Some(w) = self.buckets[b].as_mut() {
+                let len = w
+                    .sync_point()
+                    .map_err(|e| WriteError::Io(self.path(b), e))?;
+                buckets.push((b as u32, len));
+            }
+        }
+        Ok(SpillState {
+            rows: self.rows,
+            buckets,
+        })
+    }
+
+    /// The spill of a killed build, as it stood at `state`: later rows are dropped (buckets
+    /// cut back, buckets opened since removed).
+    pub fn resume(dir: &Path, shuffled: bool, state: &SpillState) -> Result<Self, WriteError> {
+        let mut spill = Spill::new(dir, shuffled)?;
+        spill.rows = state.rows;
+        let io = |path: &Path, e| WriteError::Io(path.to_owned(), e);
+        for entry in std::fs::read_dir(dir).map_err(|e| io(dir, e))? {
+            let path = entry.map_err(|e| io(dir, e))?.path();
+            let bucket = path.file_name().and_then(|n| n.to_str()).and_then(|n| {
+                n.strip_prefix("bucket-")?
+                    .strip_suffix(".bin")?
+                    .parse::<u32>()
+                    .ok()
+            });
+            if let Some(b) = bucket {
+                if !state.buckets.iter().any(|&(kept, _)| kept == b) {
+                    std::fs::remove_file(&path).map_err(|e| io(&path, e))?;
+                }
+            }
+        }
+        for &(b, len) in &state.buckets {
+            let b = b as usize;
+            let path = spill.path(b);
+            let file = OutputFile::reopen(&path, len, BUCKET_BLOCK).map_err(|e| io(&path, e))?;
+            if spill.buckets.len() <= b {
+                spill.buckets.resize_with(b + 1, || None);
+            }
+            spill.buckets[b] = Some(file);
+        }
+        Ok(spill)
+    }
+
     /// Flushes all buckets and returns them in key order, ready for [`Bucket::load`].
     pub fn finish(mut self) -> Result<Vec<SpilledBucket>, WriteError> {
         let mut buckets = Vec::new();
@@ -102,6 +152,13 @@ impl Spill {
         }
         Ok(buckets)
     }
+}
+
+/// Where a spill stood at a sync point: rows pushed, and the length of each open bucket.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct SpillState {
+    pub rows: u64,
+    pub buckets: Vec<(u32, u64)>,
 }
 
 /// A finished bucket file and the length of its rows (the file may be padded past it).

@@ -1,0 +1,596 @@
+//! The checkpoint journal of a build: what lets `chatshards build` go on after it was killed.
+//!
+//! A build is a fixed sequence of *passes* (a scan per source, then work passes; see
+//! [`crate::pipeline`]), each a deterministic function of the inputs and of the ledger's state
+//! before it. When a pass ends, its effect on the ledger (one record per row: what the scan
+//! found, or what the work made of it) and the length of every side output are made durable
+//! as `pass-NNNNNN.bin` (written as `.tmp`, synced, then renamed, so a file is whole or absent).
+//! A resumed build replays the recorded passes into a fresh ledger without reading their rows,
+//! cuts the side outputs back to where the last recorded pass left them, and runs on from the
+//! first pass not recorded: at most one pass over one source is done again, and the output is
+//! byte for byte the output of an uninterrupted build.
+//!
+//! `key.json` holds what the recorded passes depend on ([`ResumeKey`]); a resume whose key
+//! differs is refused, naming what changed.
+//!
+//! Files are frames of a little-endian `u32` length and a postcard value ([`Frame`]): a header
+//! naming the pass, its events, and an end frame with the event count and the positions.
+
+use crate::curate::ledger::{Scanned, Work};
+use crate::reject::RejectReason;
+use crate::write::SpillState;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use std::fs::{self, File};
+use std::io::{self, BufReader, BufWriter, Read, Write};
+use std::path::{Path, PathBuf};
+
+/// Version of the pass file format; a journal of another version is not resumed.
+const FORMAT: u32 = 1;
+
+/// The largest frame a journal holds (a row's record is a few hundred bytes; a rejected row's
+/// message is bounded by the row size).
+const MAX_FRAME: u32 = 1 << 30;
+
+#[derive(Debug, thiserror::Error)]
+pub enum JournalError {
+    #[error("failed to write the build journal `{0}`")]
+    Write(PathBuf, #[source] io::Error),
+    #[error(
+        "the build journal `{0}` is damaged ({1}); run the build with `--fresh` to start over"
+    )]
+    Damaged(PathBuf, String),
+}
+
+/// What one row did in a pass, as the ledger needs it to replay the pass.
+#[derive(Debug, Serialize, Deserialize)]
+pub enum RowEvent {
+    /// Scan: the row was rejected (its line is in `rejects.jsonl`).
+    Rejected(RejectReason),
+    /// Scan: a content filter dropped it (its line is in `filtered.jsonl`).
+    Filtered(String),
+    /// Scan: the row is a candidate.
+    Candidate {
+        file: u32,
+        row: u64,
+        shown: u64,
+        scanned: Scanned,
+    },
+    /// Work: the outcome of rendering and tokenizing a wanted row (or one copy of it).
+    Worked {
+        file: u32,
+        row: u64,
+        copy: u32,
+        work: Work,
+    },
+}
+
+/// What a pass is: checked on replay against what the build expects at that point.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum PassKind {
+    Scan,
+    Work,
+}
+
+/// The lengths of every side output at the end of a pass.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Positions {
+    pub rejects: u64,
+    pub filtered: u64,
+    pub conversations: u64,
+    /// The next arrival sequence number (the sort key when not shuffling).
+    pub sequence: u64,
+    pub spill: SpillState,
+}
+
+/// A frame as read back.
+#[derive(Debug, Deserialize)]
+enum Frame {
+    Header {
+        format: u32,
+        pass: u32,
+        kind: PassKind,
+        source: u32,
+    },
+    Event(RowEvent),
+    End {
+        events: u64,
+        positions: Positions,
+    },
+}
+
+/// A frame as written: [`Frame`] with borrowed contents (the same variants in the same order,
+/// so the same bytes).
+#[derive(Serialize)]
+enum FrameOut<'a> {
+    Header {
+        format: u32,
+        pass: u32,
+        kind: PassKind,
+        source: u32,
+    },
+    Event(&'a RowEvent),
+    End {
+        events: u64,
+        positions: &'a Positions,
+    },
+}
+
+/// Everything the recorded passes depend on besides the tool's code: compared field by field
+/// when a build resumes (inputs by size and modification time: hashing gigabytes before a
+/// resume would cost what it saves).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ResumeKey {
+    pub tool_version: String,
+    /// The pipeline by meaning (`identity::pipeline_value`).
+    pub pipeline: Value,
+    pub lock_sha256: Option<String>,
+    pub template_sha256: String,
+    pub template_kwargs: Value,
+    pub tokenizer_sha256: String,
+    pub inputs: Vec<InputStamp>,
+}
+
+/// An input file as a resume sees it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct InputStamp {
+    pub path: String,
+    pub bytes: u64,
+    pub modified_ns: u64,
+}
+
+impl InputStamp {
+    pub fn of(path: &Path, shown: &str) -> io::Result<InputStamp> {
+        let meta = fs::metadata(path)?;
+        let modified_ns = meta
+            .modified()?
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
+        Ok(InputStamp {
+            path: shown.to_owned(),
+            bytes: meta.len(),
+            modified_ns,
+        })
+    }
+}
+
+impl ResumeKey {
+    /// What differs between the key of an interrupted build (`self`) and this one's, in words;
+    /// empty when they are equal.
+    pub fn differences(&self, now: &ResumeKey) -> Vec<String> {
+        let mut out = Vec::new();
+        if self.tool_version != now.tool_version {
+            out.push(format!(
+                "the tool version ({} then, {} now)",
+                self.tool_version, now.tool_version
+            ));
+        }
+        if self.pipeline != now.pipeline {
+            out.push("the pipeline's settings".to_owned());
+        }
+        if self.lock_sha256 != now.lock_sha256 {
+            out.push("the lockfile".to_owned());
+        }
+        if self.template_sha256 != now.template_sha256 {
+            out.push("the template".to_owned());
+        }
+        if self.template_kwargs != now.template_kwargs {
+            out.push("the template variables".to_owned());
+        }
+        if self.tokenizer_sha256 != now.tokenizer_sha256 {
+            out.push("the tokenizer".to_owned());
+        }
+        for input in &now.inputs {
+            match self.inputs.iter().find(|i| i.path == input.path) {
+                None => out.push(format!("input `{}` (new)", input.path)),
+                Some(then) if then.bytes != input.bytes => out.push(format!(
+                    "input `{}` ({} bytes then, {} now)",
+                    input.path, then.bytes, input.bytes
+                )),
+                Some(then) if then.modified_ns != input.modified_ns => {
+                    out.push(format!("input `{}` (modified since)", input.path))
+                }
+                Some(_) => {}
+            }
+        }
+        for then in &self.inputs {
+            if !now.inputs.iter().any(|i| i.path == then.path) {
+                out.push(format!("input `{}` (no longer read)", then.path));
+            }
+        }
+        out
+    }
+}
+
+/// The journal directory of a build being written.
+pub struct Journal {
+    /// `None`: nothing is recorded (a build into a temporary directory, `check`).
+    dir: Option<PathBuf>,
+    /// Passes recorded whole, numbered from 0.
+    recorded: usize,
+    /// The next pass the build runs.
+    next: usize,
+}
+
+/// How a pass runs: from its record, or for real (and recorded).
+pub enum PassMode {
+    Replay(Replay),
+    Record(Recorder),
+}
+
+impl Journal {
+    /// A journal that records nothing.
+    pub fn disabled() -> Journal {
+        Journal {
+            dir: None,
+            recorded: 0,
+            next: 0,
+        }
+    }
+
+    pub const KEY: &'static str = "key.json";
+
+    /// Opens the journal in `dir` (created if missing) for a build whose key is `key`: the
+    /// caller has checked that a journal already there has this key. Unfinished pass files
+    /// are removed.
+    pub fn open(dir: &Path, key: &ResumeKey) -> Result<Journal, JournalError> {
+        let write_err = |e| JournalError::Write(dir.to_owned(), e);
+        fs::create_dir_all(dir).map_err(write_err)?;
+        let mut recorded = 0;
+        while dir.join(pass_name(recorded, "bin")).is_file() {
+            recorded += 1;
+        }
+        for entry in fs::read_dir(dir).map_err(write_err)? {
+            let path = entry.map_err(write_err)?.path();
+            let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
+            let numbered = name
+                .strip_prefix("pass-")
+                .and_then(|n| n.split_once('.'))
+                .and_then(|(n, _)| n.parse::<usize>().ok());
+            // A pass file after a gap cannot be replayed (nor can a `.tmp`): it goes.
+            if numbered.is_some_and(|n| n >= recorded) || name.ends_with(".tmp") {
+                fs::remove_file(&path).map_err(|e| JournalError::Write(path.clone(), e))?;
+            }
+        }
+        let key_path = dir.join(Self::KEY);
+        if !key_path.is_file() {
+            let text = serde_json::to_string_pretty(key)
+                .map_err(|e| JournalError::Write(key_path.clone(), e.into()))?;
+            write_synced(&key_path, text.as_bytes())
+                .map_err(|e| JournalError::Write(key_path.clone(), e))?;
+        }
+        Ok(Journal {
+            dir: Some(dir.to_owned()),
+            recorded,
+            next: 0,
+        })
+    }
+
+    /// The key of a journal in `dir`, if one is there (and readable).
+    pub fn key_in(dir: &Path) -> Option<ResumeKey> {
+        let text = fs::read_to_string(dir.join(Self::KEY)).ok()?;
+        serde_json::from_str(&text).ok()
+    }
+
+    /// Passes recorded whole (replayed by a resumed build).
+    pub fn recorded(&self) -> usize {
+        self.recorded
+    }
+
+    /// Whether the pass about to run is replayed from its record.
+    pub fn replaying(&self) -> bool {
+        self.next < self.recorded
+    }
+
+    /// Where the side outputs stood at the end of the last recorded pass (`None`: nothing
+    /// recorded, start from empty outputs).
+    pub fn positions(&self) -> Result<Option<Positions>, JournalError> {
+        let Some(dir) = &self.dir else {
+            return Ok(None);
+        };
+        if self.recorded == 0 {
+            return Ok(None);
+        }
+        let path = dir.join(pass_name(self.recorded - 1, "bin"));
+        let mut reader = Replay::open(&path)?;
+        let mut headers = 0;
+        loop {
+            match reader.frame()? {
+                Frame::End { positions, .. } => return Ok(Some(positions)),
+                Frame::Event(_) => {}
+                Frame::Header { .. } if headers == 0 => headers += 1,
+                Frame::Header { .. } => return Err(reader.damaged("a second header")),
+            }
+        }
+    }
+
+    /// Starts the next pass, a `kind` pass over source `source`.
+    pub fn begin(&mut self, kind: PassKind, source: usize) -> Result<PassMode, JournalError> {
+        let pass = self.next;
+        self.next += 1;
+        let Some(dir) = &self.dir else {
+            return Ok(PassMode::Record(Recorder::inactive()));
+        };
+        if pass < self.recorded {
+            let path = dir.join(pass_name(pass, "bin"));
+            let mut replay = Replay::open(&path)?;
+            match replay.frame()? {
+                Frame::Header {
+                    format: FORMAT,
+                    pass: p,
+                    kind: k,
+                    source: s,
+                } if p as usize == pass && k == kind && s as usize == source => {}
+                other => {
+                    return Err(replay.damaged(&format!(
+                        "it records {other:?} where the build expects a {kind:?} pass over source {source}"
+                    )))
+                }
+            }
+            return Ok(PassMode::Replay(replay));
+        }
+        let tmp = dir.join(pass_name(pass, "tmp"));
+        let file = File::create(&tmp).map_err(|e| JournalError::Write(tmp.clone(), e))?;
+        let mut recorder = Recorder {
+            writer: Some(BufWriter::with_capacity(1 << 20, file)),
+            tmp,
+            path: dir.join(pass_name(pass, "bin")),
+            dir: dir.clone(),
+            events: 0,
+        };
+        recorder.frame(&FrameOut::Header {
+            format: FORMAT,
+            pass: pass as u32,
+            kind,
+            source: source as u32,
+        })?;
+        Ok(PassMode::Record(recorder))
+    }
+}
+
+fn pass_name(pass: usize, ext: &str) -> String {
+    format!("pass-{pass:06}.{ext}")
+}
+
+/// Writes a file and syncs it.
+fn write_synced(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    let mut f = File::create(path)?;
+    f.write_all(bytes)?;
+    f.sync_all()
+}
+
+/// Records one pass as it runs.
+pub struct Recorder {
+    /// `None`: records nothing.
+    writer: Option<BufWriter<File>>,
+    tmp: PathBuf,
+    path: PathBuf,
+    dir: PathBuf,
+    events: u64,
+}
+
+impl Recorder {
+    fn inactive() -> Recorder {
+        Recorder {
+            writer: None,
+            tmp: PathBuf::new(),
+            path: PathBuf::new(),
+            dir: PathBuf::new(),
+            events: 0,
+        }
+    }
+
+    /// Whether the pass is recorded (else the caller need not compute positions).
+    pub fn active(&self) -> bool {
+        self.writer.is_some()
+    }
+
+    pub fn record(&mut self, event: &RowEvent) -> Result<(), JournalError> {
+        if self.writer.is_none() {
+            return Ok(());
+        }
+        self.events += 1;
+        self.frame(&FrameOut::Event(event))
+    }
+
+    fn frame(&mut self, frame: &FrameOut) -> Result<(), JournalError> {
+        let Some(w) = self.writer.as_mut() else {
+            return Ok(());
+        };
+        let err = |e| JournalError::Write(self.tmp.clone(), e);
+        let bytes = postcard::to_stdvec(frame).map_err(|e| err(io::Error::other(e)))?;
+        let len = u32::try_from(bytes.len())
+            .map_err(|_| err(io::Error::other("a record too large for the journal")))?;
+        w.write_all(&len.to_le_bytes())
+            .and_then(|()| w.write_all(&bytes))
+            .map_err(err)
+    }
+
+    /// Ends the pass: `positions` (taken after the side outputs were synced) close the file,
+    /// which is synced and renamed into place.
+    pub fn finish(mut self, positions: Positions) -> Result<(), JournalError> {
+        if self.writer.is_none() {
+            return Ok(());
+        }
+        let events = self.events;
+        self.frame(&FrameOut::End {
+            events,
+            positions: &positions,
+        })?;
+        let err = |e| JournalError::Write(self.tmp.clone(), e);
+        let Some(w) = self.writer.take() else {
+            return Ok(());
+        };
+        let file = w.into_inner().map_err(|e| err(e.into_error()))?;
+        file.sync_all().map_err(err)?;
+        fs::rename(&self.tmp, &self.path).map_err(err)?;
+        // The rename itself is durable once the directory is synced.
+        File::open(&self.dir)
+            .and_then(|d| d.sync_all())
+            .map_err(err)
+    }
+}
+
+/// Reads a recorded pass back.
+pub struct Replay {
+    reader: BufReader<File>,
+    path: PathBuf,
+    events: u64,
+    buffer: Vec<u8>,
+}
+
+impl Replay {
+    fn open(path: &Path) -> Result<Replay, JournalError> {
+        let file =
+            File::open(path).map_err(|e| JournalError::Damaged(path.to_owned(), e.to_string()))?;
+        Ok(Replay {
+            reader: BufReader::with_capacity(1 << 20, file),
+            path: path.to_owned(),
+            events: 0,
+            buffer: Vec::new(),
+        })
+    }
+
+    fn damaged(&self, what: &str) -> JournalError {
+        JournalError::Damaged(self.path.clone(), what.to_owned())
+    }
+
+    fn frame(&mut self) -> Result<Frame, JournalError> {
+        let mut len = [0u8; 4];
+        self.reader
+            .read_exact(&mut len)
+            .map_err(|e| self.damaged(&format!("cut short: {e}")))?;
+        let len = u32::from_le_bytes(len);
+        if len > MAX_FRAME {
+            return Err(self.damaged(&format!("a frame of {len} bytes")));
+        }
+        self.buffer.resize(len as usize, 0);
+        self.reader
+            .read_exact(&mut self.buffer)
+            .map_err(|e| JournalError::Damaged(self.path.clone(), format!("cut short: {e}")))?;
+        postcard::from_bytes(&self.buffer).map_err(|e| self.damaged(&e.to_string()))
+    }
+
+    /// The next event of the pass, `None` at its end.
+    pub fn next_event(&mut self) -> Result<Option<RowEvent>, JournalError> {
+        match self.frame()? {
+            Frame::Event(event) => {
+                self.events += 1;
+                Ok(Some(event))
+            }
+            Frame::End { events, .. } if events == self.events => Ok(None),
+            Frame::End { events, .. } => {
+                Err(self.damaged(&format!("{events} events announced, {} read", self.events)))
+            }
+            Frame::Header { .. } => Err(self.damaged("a second header")),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::curate::ledger::KeptWork;
+
+    fn key() -> ResumeKey {
+        ResumeKey {
+            tool_version: "0.1.0".into(),
+            pipeline: serde_json::json!({"name": "t"}),
+            lock_sha256: None,
+            template_sha256: "a".into(),
+            template_kwargs: serde_json::json!({}),
+            tokenizer_sha256: "b".into(),
+            inputs: vec![InputStamp {
+                path: "data/a.jsonl".into(),
+                bytes: 10,
+                modified_ns: 1,
+            }],
+        }
+    }
+
+    #[test]
+    fn a_recorded_pass_replays_its_events_and_positions() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut journal = Journal::open(dir.path(), &key()).expect("open");
+        let PassMode::Record(mut r) = journal.begin(PassKind::Scan, 0).expect("begin") else {
+            panic!("a new journal replays")
+        };
+        r.record(&RowEvent::Rejected(RejectReason::InvalidJson))
+            .expect("record");
+        r.record(&RowEvent::Filtered("language".into()))
+            .expect("record");
+        let positions = Positions {
+            rejects: 5,
+            filtered: 6,
+            conversations: 7,
+            sequence: 8,
+            spill: SpillState {
+                rows: 9,
+                buckets: vec![(3, 4096)],
+            },
+        };
+        r.finish(positions.clone()).expect("finish");
+        // A pass cut short leaves a `.tmp` that the next open removes.
+        let PassMode::Record(mut r) = journal.begin(PassKind::Work, 0).expect("begin") else {
+            panic!("replays a pass never recorded")
+        };
+        r.record(&RowEvent::Worked {
+            file: 0,
+            row: 1,
+            copy: 0,
+            work: Work::Kept(KeptWork::default()),
+        })
+        .expect("record");
+        drop(r);
+
+        let mut journal = Journal::open(dir.path(), &key()).expect("reopen");
+        assert_eq!(journal.recorded(), 1);
+        assert_eq!(journal.positions().expect("positions"), Some(positions));
+        assert!(!dir.path().join("pass-000001.tmp").exists());
+        // Replayed as the same kind of pass over the same source only.
+        let PassMode::Replay(mut replay) = journal.begin(PassKind::Scan, 0).expect("begin") else {
+            panic!("not replayed")
+        };
+        assert!(matches!(
+            replay.next_event().expect("event"),
+            Some(RowEvent::Rejected(RejectReason::InvalidJson))
+        ));
+        assert!(matches!(
+            replay.next_event().expect("event"),
+            Some(RowEvent::Filtered(f)) if f == "language"
+        ));
+        assert!(replay.next_event().expect("end").is_none());
+        assert!(!journal.replaying());
+        let mut other = Journal::open(dir.path(), &key()).expect("reopen");
+        let err = match other.begin(PassKind::Work, 0) {
+            Err(e) => e.to_string(),
+            Ok(_) => panic!("a scan record replayed as work"),
+        };
+        assert!(
+            err.contains("pass-000000.bin` is damaged (it records Header"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn differences_name_what_changed() {
+        let then = key();
+        assert!(then.differences(&then).is_empty());
+        let mut now = key();
+        now.template_sha256 = "c".into();
+        now.inputs[0].modified_ns = 2;
+        now.inputs.push(InputStamp {
+            path: "data/b.jsonl".into(),
+            bytes: 1,
+            modified_ns: 1,
+        });
+        assert_eq!(
+            then.differences(&now),
+            [
+                "the template",
+                "input `data/a.jsonl` (modified since)",
+                "input `data/b.jsonl` (new)"
+            ]
+        );
+    }
+}

@@ -1,0 +1,235 @@
+//! Crash-safe resume: a build killed with SIGKILL after any of its passes (and so at any point
+//! of the pass that follows) goes on from its journal when started again, and writes exactly
+//! the bytes of an uninterrupted build; a resume of changed inputs is refused, naming them.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+const ROOT: &str = env!("CARGO_MANIFEST_DIR");
+const DEADLINE: Duration = Duration::from_secs(300);
+
+fn bin() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_chatshards"));
+    c.env("CHATSHARDS_NO_PROGRESS", "1");
+    c
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// The demo pipeline (every curation step, a weighted mix) with its own copy of the inputs,
+/// writing `out` in `dir`; `mix` replaces its `mix:` line.
+fn project(dir: &Path, mix: &str) -> PathBuf {
+    let data = dir.join("data");
+    std::fs::create_dir_all(&data).expect("mkdir");
+    for f in [
+        "chat.jsonl",
+        "tools.json",
+        "alpaca.parquet",
+        "curation.jsonl",
+    ] {
+        std::fs::copy(
+            Path::new(ROOT).join("tests/fixtures/demo").join(f),
+            data.join(f),
+        )
+        .expect("copy");
+    }
+    let yaml = std::fs::read_to_string(Path::new(ROOT).join("pipelines/demo.yaml"))
+        .expect("demo pipeline")
+        .replace("../tests/fixtures/demo/", "data/")
+        .replace("../", &format!("{ROOT}/"))
+        .replace(&format!("dir: {ROOT}/out/demo"), "dir: out")
+        .replace("mix: {target: rows, total: 220}", mix);
+    let p = dir.join("pipeline.yaml");
+    std::fs::write(&p, yaml).expect("pipeline");
+    p
+}
+
+fn build(pipeline: &Path) -> Command {
+    let mut c = bin();
+    c.args(["build", "--threads", "2"]).arg(pipeline);
+    c
+}
+
+/// Every file of a directory, by name (none of the outputs are directories).
+fn snapshot(dir: &Path) -> BTreeMap<String, Vec<u8>> {
+    std::fs::read_dir(dir)
+        .expect("output dir")
+        .map(|e| {
+            let e = e.expect("entry");
+            (
+                e.file_name().to_string_lossy().into_owned(),
+                std::fs::read(e.path()).expect("read"),
+            )
+        })
+        .collect()
+}
+
+fn journal(pipeline: &Path) -> PathBuf {
+    pipeline.with_file_name("out.partial/.work/journal")
+}
+
+/// Waits until pass `pass` is recorded, then kills the build outright. `false` if the build
+/// ended first (it has fewer passes).
+fn kill_after_pass(mut child: Child, pipeline: &Path, pass: usize) -> bool {
+    let recorded = journal(pipeline).join(format!("pass-{pass:06}.bin"));
+    let started = Instant::now();
+    loop {
+        if recorded.exists() {
+            child.kill().expect("SIGKILL");
+            let _ = child.wait();
+            return true;
+        }
+        if child.try_wait().expect("wait").is_some() {
+            return false;
+        }
+        assert!(started.elapsed() < DEADLINE, "the build hangs");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// Kills a build after each pass from `first` on (and so inside the pass after it, and after
+/// the last one in the shard phase), resumes it, and compares every byte with an uninterrupted
+/// build. Returns how many passes the build has.
+fn resume_after_passes(mix: &str, first: usize) -> usize {
+    let reference = tempfile::tempdir().expect("tempdir");
+    let p = project(reference.path(), mix);
+    let out = build(&p).output().expect("build");
+    assert!(out.status.success(), "{}", stderr(&out));
+    let expected = snapshot(&reference.path().join("out"));
+    let mut pass = first;
+    loop {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let p = project(tmp.path(), mix);
+        let child = build(&p)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn");
+        if !kill_after_pass(child, &p, pass) {
+            break;
+        }
+        assert!(!tmp.path().join("out").exists());
+        let out = build(&p).output().expect("resume");
+        assert!(out.status.success(), "{}", stderr(&out));
+        assert!(
+            stderr(&out).contains("resuming the interrupted build in `"),
+            "after pass {pass}: {}",
+            stderr(&out)
+        );
+        assert_eq!(
+            snapshot(&tmp.path().join("out")),
+            expected,
+            "resumed after pass {pass}"
+        );
+        assert!(!tmp.path().join("out.partial").exists());
+        assert!(!tmp.path().join("out.work-done").exists());
+        pass += 1;
+    }
+    pass
+}
+
+#[test]
+fn a_build_killed_after_any_pass_resumes_to_the_same_bytes() {
+    // Scans of 4 sources, then a work pass each.
+    assert_eq!(resume_after_passes("mix: {target: rows, total: 220}", 0), 8);
+}
+
+#[test]
+fn a_build_with_repeats_killed_after_its_last_passes_resumes_to_the_same_bytes() {
+    // More rows than the sources hold: copies, made in passes of their own after the 8 above
+    // (the passes before them are those of the test above).
+    let passes = resume_after_passes("mix: {target: rows, total: 400, max_repeats: 3}", 7);
+    assert!(passes > 8, "{passes} passes");
+}
+
+#[test]
+fn a_resume_of_changed_inputs_is_refused_naming_them_and_fresh_starts_over() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let p = project(tmp.path(), "mix: {target: rows, total: 220}");
+    let child = build(&p)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn");
+    assert!(kill_after_pass(child, &p, 0));
+    let chat = tmp.path().join("data/chat.jsonl");
+    let before = std::fs::metadata(&chat).expect("chat").len();
+    let mut rows = std::fs::read_to_string(&chat).expect("chat");
+    let first = rows.lines().next().expect("a row").to_owned();
+    rows.push_str(&first);
+    rows.push('\n');
+    std::fs::write(&chat, &rows).expect("edit");
+    let out = build(&p).output().expect("build");
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let staging = tmp.path().join("out.partial");
+    assert!(stderr(&out).contains(&format!(
+        "error: `{}` holds an interrupted build whose inputs or settings differ from this one: input `data/chat.jsonl` ({before} bytes then, {} now) changed since. Build with `--fresh` to discard it and start over, or undo the change to go on from it",
+        staging.display(),
+        rows.len()
+    )), "{}", stderr(&out));
+    // Refused, the interrupted build is kept as it was.
+    assert!(journal(&p).join("pass-000000.bin").is_file());
+    // A setting changed too: both are named.
+    let yaml = std::fs::read_to_string(&p).expect("yaml");
+    std::fs::write(&p, yaml.replace("seed: 42", "seed: 43")).expect("edit");
+    let out = build(&p).output().expect("build");
+    assert!(
+        stderr(&out).contains(&format!(
+            "the pipeline's settings, input `data/chat.jsonl` ({before} bytes then, {} now) changed since",
+            rows.len()
+        )),
+        "{}",
+        stderr(&out)
+    );
+    let out = build(&p).arg("--fresh").output().expect("build");
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(!stderr(&out).contains("resuming"));
+    assert!(!staging.exists());
+}
+
+#[test]
+fn sigint_after_a_pass_keeps_the_build_to_go_on_from() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let p = project(tmp.path(), "mix: {target: rows, total: 220}");
+    let reference = tempfile::tempdir().expect("tempdir");
+    let rp = project(reference.path(), "mix: {target: rows, total: 220}");
+    assert!(build(&rp).output().expect("build").status.success());
+    let child = build(&p)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let recorded = journal(&p).join("pass-000001.bin");
+    let started = Instant::now();
+    while !recorded.exists() {
+        assert!(started.elapsed() < DEADLINE, "no pass recorded");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let sent = Command::new("kill")
+        .args(["-2", &child.id().to_string()])
+        .status()
+        .expect("kill");
+    assert!(sent.success());
+    let out = child.wait_with_output().expect("wait");
+    if out.status.success() {
+        // The build ended before the signal arrived: nothing to resume.
+        return;
+    }
+    assert_eq!(out.status.code(), Some(130), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("keeps the passes done so far; run the same build again to go on from them (or with `--fresh` to start over)"),
+        "{}",
+        stderr(&out)
+    );
+    let out = build(&p).output().expect("resume");
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stderr(&out).contains("resuming"));
+    assert_eq!(
+        snapshot(&tmp.path().join("out")),
+        snapshot(&reference.path().join("out"))
+    );
+}
