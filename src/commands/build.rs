@@ -89,7 +89,7 @@ fn build(
         .num_threads(threads)
         .build()
         .context("failed to start the thread pool")?;
-    let progress = BuildProgress::new(printer);
+    let progress = BuildProgress::new(printer, plan)?;
     let spill_dir = staging.join(".spill");
     let mut spill = Spill::new(&spill_dir, plan.shuffle)?;
     let mut rejects = create(&staging.join("rejects.jsonl"))?;
