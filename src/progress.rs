@@ -100,7 +100,8 @@ impl BuildProgress {
             .collect();
         let bar = if mode == Mode::Bar {
             let bar = ProgressBar::with_draw_target(Some(BAR_LENGTH), ProgressDrawTarget::stderr());
-            if let Ok(style) = ProgressStyle::with_template("[{bar:30}] {percent:>3}%  {msg}") {
+            if let Ok(style) = ProgressStyle::with_template("[{bar:20}] {percent:>3}%  {wide_msg}")
+            {
                 bar.set_style(style.progress_chars("=> "));
             }
             bar
