@@ -11,7 +11,8 @@ use std::path::PathBuf;
     about = "Build tokenized, loss-masked Arrow datasets from chat data with the model's own chat template"
 )]
 pub struct Cli {
-    /// Print only errors (no progress, no summary).
+    /// Print only errors: no progress, no per-source lines, no summary, no result line
+    /// (`--timings` is still printed when asked for).
     #[arg(long, short, global = true)]
     pub quiet: bool,
     #[command(subcommand)]

@@ -59,12 +59,28 @@ pub struct Sinks<'a> {
     pub conversations: &'a mut dyn SideOutput,
 }
 
-/// Progress callbacks, so the pipeline never draws anything itself.
+/// Progress callbacks, so the pipeline never draws anything itself. All are called from the
+/// coordinating thread.
 pub trait Progress: Sync {
-    /// A pass over a source begins; `rows` is how many it will process when known.
-    fn source_started(&self, _name: &str, _rows: Option<u64>) {}
+    /// A pass over source `source` (its index in the plan) begins.
+    fn pass_started(&self, _source: usize, _pass: Pass) {}
+    /// The scan committed a row of file `file` (index in the source's files) of this
+    /// [`Record::weight`](crate::read::Record::weight) (a JSON line's length).
+    fn row_scanned(&self, _file: usize, _weight: u64) {}
+    /// The running pass committed `rows` rows so far (scan: rows read, `kept` the candidates;
+    /// work: rows worked, `tokens` their tokens).
     fn rows_done(&self, _rows: u64, _kept: u64, _tokens: u64) {}
+    /// A source is done: its allocation is settled.
     fn source_finished(&self, _name: &str, _stats: &SourceStats) {}
+}
+
+/// Which pass over a source [`Progress::pass_started`] announces.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Pass {
+    /// The scan: every row of the source.
+    Scan,
+    /// A work pass over this many selected rows (copies included).
+    Work { rows: u64 },
 }
 
 pub struct NoProgress;
@@ -343,23 +359,26 @@ impl Context<'_> {
                 }
             };
         let sinks = &mut *out.sinks;
-        self.progress
-            .source_started(&format!("{} (scan)", source.name), None);
+        self.progress.pass_started(index, Pass::Scan);
         let (mut read, mut candidates) = (0u64, 0u64);
-        let work = |batch: Vec<RawRow>| -> Vec<(u32, u64, u64, ScanRow)> {
+        // (file, row, shown row, weight for progress, what the scan found)
+        type ScanResult = (u32, u64, u64, u64, ScanRow);
+        let work = |batch: Vec<RawRow>| -> Vec<ScanResult> {
             self.timings.time(PoolStage::Prepare, || {
                 batch
                     .into_iter()
                     .map(|raw| {
                         let (file, row, shown) = (raw.file as u32, raw.row, raw.shown_row());
-                        (file, row, shown, self.scan_row(index, raw))
+                        let weight = raw.record.weight() as u64;
+                        (file, row, shown, weight, self.scan_row(index, raw))
                     })
                     .collect()
             })
         };
-        let mut commit = |rows: Vec<(u32, u64, u64, ScanRow)>| -> Result<(), RunError> {
-            for (file, row, shown, scanned) in rows {
+        let mut commit = |rows: Vec<ScanResult>| -> Result<(), RunError> {
+            for (file, row, shown, weight, scanned) in rows {
                 read += 1;
+                self.progress.row_scanned(file as usize, weight);
                 ledger.read(index);
                 match scanned {
                     ScanRow::Rejected(reject) => {
@@ -501,8 +520,12 @@ impl Context<'_> {
             }
         };
         let source = &self.plan.sources[index];
-        self.progress
-            .source_started(&source.name, Some(wanted.len() as u64));
+        self.progress.pass_started(
+            index,
+            Pass::Work {
+                rows: wanted.len() as u64,
+            },
+        );
         let (mut done, mut tokens) = (0u64, 0u64);
         let work = |batch: Vec<RawRow>| self.work_batch(index, batch);
         let mut commit = |rows: Vec<WorkRow>| -> Result<(), RunError> {

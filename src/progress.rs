@@ -1,93 +1,596 @@
-//! The build progress bar (the only place that knows about indicatif).
+//! Build progress: one bar for the whole build on a terminal, a plain line every few seconds
+//! elsewhere (CI, logs, `| tee`), and one line per source when it is done. The only place that
+//! knows about indicatif.
+//!
+//! How far the build is, and its ETA, come from an estimate of the whole build made up front
+//! ([`crate::read::file_size`]): every input's size in one unit, bytes of input (a JSON file's
+//! size; a Parquet file's uncompressed data size from its footer, spread evenly over its
+//! rows). The scan reads every row, so its remaining time is the bytes not scanned yet at the
+//! scan's measured rate. The work passes render and tokenize only rows that can be selected:
+//! once a source's work pass starts, its row count is known; before, it is estimated as the
+//! rows the scan kept as candidates (for sources not scanned yet, at the candidates per byte
+//! seen so far), at most the source's `take`. Their time per row is measured once enough
+//! work rows are done, and before that taken as [`WORK_PER_SCAN_ROW`] times the scan's time
+//! per row. The percent shown is the time spent over the time spent plus the ETA.
 
-use crate::pipeline::Progress;
+use crate::pipeline::{Pass, Progress};
+use crate::plan::Plan;
 use crate::printer::Printer;
+use crate::read::{file_size, FileSize};
 use crate::report::SourceStats;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use std::io::IsTerminal;
 use std::sync::Mutex;
-use std::time::Instant;
+use std::time::{Duration, Instant};
+
+/// How often a plain progress line is printed when stderr is not a terminal.
+pub const LINE_INTERVAL: Duration = Duration::from_secs(5);
+
+/// Overrides [`LINE_INTERVAL`], in seconds (e.g. `1` or `0.5`), for logs that want more or
+/// fewer lines.
+pub const INTERVAL_VARIABLE: &str = "CHATSHARDS_PROGRESS_INTERVAL";
+
+/// Before any work pass has been measured, a work row (render, tokenize, mask) is taken to
+/// cost this many scanned rows (parse, adapt, validate, curation hashes): about what
+/// `--timings` shows on the demo and benchmark mixes. Only the first ETA depends on it.
+pub const WORK_PER_SCAN_ROW: f64 = 3.0;
+
+/// Work rows measured before their own rate replaces the estimate from the scan.
+const MEASURED_WORK_ROWS: u64 = 256;
+
+/// Bar positions: permille of the estimated build time.
+const BAR_LENGTH: u64 = 1000;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    /// A bar redrawn in place (stderr is a terminal).
+    Bar,
+    /// A plain line every interval (stderr is not a terminal).
+    Lines,
+    /// Only the per-source lines (`CHATSHARDS_NO_PROGRESS`).
+    SourcesOnly,
+    /// Nothing (`--quiet`).
+    Silent,
+}
 
 pub struct BuildProgress {
+    mode: Mode,
     bar: ProgressBar,
     printer: Printer,
+    interval: Duration,
     state: Mutex<State>,
 }
 
-struct State {
-    started: Instant,
-}
-
 impl BuildProgress {
-    pub fn new(printer: &Printer) -> Self {
-        let target = if printer.progress_enabled() {
-            ProgressDrawTarget::stderr()
-        } else {
-            ProgressDrawTarget::hidden()
+    /// Sizes every input of the plan (a file that cannot be sized counts as what is read of
+    /// it; reading it fails the build with a clear error anyway).
+    pub fn new(printer: &Printer, plan: &Plan) -> anyhow::Result<Self> {
+        let interval = match std::env::var(INTERVAL_VARIABLE) {
+            Ok(text) => match text.trim().parse::<f64>() {
+                Ok(secs) if secs.is_finite() && secs > 0.0 && secs < 1e6 => {
+                    Duration::from_secs_f64(secs)
+                }
+                _ => anyhow::bail!(
+                    "{INTERVAL_VARIABLE} must be a number of seconds above 0, not `{text}`"
+                ),
+            },
+            Err(_) => LINE_INTERVAL,
         };
-        let bar = ProgressBar::with_draw_target(None, target);
-        BuildProgress {
+        let mode = if *printer == Printer::Quiet {
+            Mode::Silent
+        } else if !printer.progress_enabled() {
+            Mode::SourcesOnly
+        } else if std::io::stderr().is_terminal() {
+            Mode::Bar
+        } else {
+            Mode::Lines
+        };
+        let sources = plan
+            .sources
+            .iter()
+            .map(|s| SourceSize {
+                name: s.name.clone(),
+                files: s
+                    .files
+                    .iter()
+                    .map(|f| FileUnits::of(file_size(f).ok()))
+                    .collect(),
+                take: s.take,
+            })
+            .collect();
+        let bar = if mode == Mode::Bar {
+            let bar = ProgressBar::with_draw_target(Some(BAR_LENGTH), ProgressDrawTarget::stderr());
+            if let Ok(style) = ProgressStyle::with_template("[{bar:20}] {percent:>3}%  {wide_msg}")
+            {
+                bar.set_style(style.progress_chars("=> "));
+            }
+            bar
+        } else {
+            ProgressBar::hidden()
+        };
+        let now = Instant::now();
+        Ok(BuildProgress {
+            mode,
             bar,
             printer: *printer,
-            state: Mutex::new(State {
-                started: Instant::now(),
-            }),
-        }
+            interval,
+            state: Mutex::new(State::new(sources, now)),
+        })
     }
 
     pub fn finish(&self) {
         self.bar.finish_and_clear();
     }
+
+    fn show(&self, state: &mut State, now: Instant) {
+        match self.mode {
+            Mode::Bar => {
+                let s = state.snapshot(now);
+                self.bar.set_position(s.permille());
+                self.bar.set_message(s.text());
+            }
+            Mode::Lines if now.duration_since(state.last_line) >= self.interval => {
+                state.last_line = now;
+                let s = state.snapshot(now);
+                self.printer
+                    .info(&format!("progress: {}% {}", s.percent(), s.text()));
+            }
+            _ => {}
+        }
+    }
 }
 
 impl Progress for BuildProgress {
-    fn source_started(&self, name: &str, take: Option<u64>) {
-        let template = match take {
-            // With a `take`, kept rows against the target give a real ETA.
-            Some(_) => "{prefix:>16} [{bar:30}] {pos}/{len} kept  {msg}  eta {eta}",
-            None => "{prefix:>16} {spinner} {pos} rows read  {msg}  {elapsed}",
-        };
-        if let Ok(style) = ProgressStyle::with_template(template) {
-            self.bar.set_style(style.progress_chars("=> "));
-        }
-        self.bar.set_prefix(name.to_owned());
-        self.bar.set_length(take.unwrap_or(0));
-        self.bar.set_position(0);
-        self.bar.reset_eta();
-        if let Ok(mut s) = self.state.lock() {
-            s.started = Instant::now();
+    fn pass_started(&self, source: usize, pass: Pass) {
+        if let Ok(mut state) = self.state.lock() {
+            let now = Instant::now();
+            state.start(source, pass, now);
+            self.show(&mut state, now);
         }
     }
 
-    fn rows_done(&self, read: u64, kept: u64, tokens: u64) {
-        let elapsed = self
-            .state
-            .lock()
-            .map(|s| s.started.elapsed().as_secs_f64())
-            .unwrap_or(1.0)
-            .max(1e-3);
-        let pos = if self.bar.length().unwrap_or(0) > 0 {
-            kept
-        } else {
-            read
-        };
-        self.bar.set_position(pos);
-        self.bar.set_message(format!(
-            "{:.0} rows/s  {:.2} M tok/s",
-            read as f64 / elapsed,
-            tokens as f64 / elapsed / 1e6
-        ));
+    fn row_scanned(&self, file: usize, weight: u64) {
+        if let Ok(mut state) = self.state.lock() {
+            state.scanned(file, weight);
+        }
+    }
+
+    fn rows_done(&self, rows: u64, kept: u64, tokens: u64) {
+        if let Ok(mut state) = self.state.lock() {
+            let now = Instant::now();
+            state.done(rows, kept, tokens);
+            self.show(&mut state, now);
+        }
     }
 
     fn source_finished(&self, name: &str, stats: &SourceStats) {
-        self.bar.suspend(|| {
-            self.printer.info(&format!(
-                "{name}: read {}, kept {}, rejected {}, filtered {}, deduplicated {}",
-                stats.read,
-                stats.kept,
-                stats.rejected_total(),
-                stats.filtered_total(),
-                stats.deduplicated
-            ))
+        if self.mode == Mode::Silent {
+            return;
+        }
+        let secs = self.state.lock().map_or(0.0, |mut s| {
+            s.close(Instant::now());
+            s.seconds_of(name)
         });
+        let line = source_line(name, stats, secs);
+        self.bar.suspend(|| self.printer.info(&line));
+    }
+}
+
+/// The line printed for a source when it is done (all its passes, its allocation settled).
+pub fn source_line(name: &str, stats: &SourceStats, secs: f64) -> String {
+    format!(
+        "done {name}: read {}, kept {}, tokens {}, {secs:.1}s",
+        stats.read, stats.kept, stats.tokens
+    )
+}
+
+/// A file's estimated size in progress units (bytes of input).
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct FileUnits {
+    /// 0 when the file could not be sized.
+    total: f64,
+    /// For Parquet: the units of one row (a row's weight is not its share of the file).
+    per_row: Option<f64>,
+}
+
+impl FileUnits {
+    fn of(size: Option<FileSize>) -> Self {
+        match size {
+            Some(FileSize::Bytes(bytes)) => FileUnits {
+                total: bytes as f64,
+                per_row: None,
+            },
+            Some(FileSize::Rows { rows, bytes }) if rows > 0 => {
+                // A footer without sizes: a row weighs as a typical chat row.
+                let bytes = if bytes > 0 { bytes } else { rows * 2048 };
+                FileUnits {
+                    total: bytes as f64,
+                    per_row: Some(bytes as f64 / rows as f64),
+                }
+            }
+            Some(FileSize::Rows { .. }) => FileUnits {
+                total: 0.0,
+                per_row: Some(0.0),
+            },
+            None => FileUnits {
+                total: 0.0,
+                per_row: None,
+            },
+        }
+    }
+}
+
+struct SourceSize {
+    name: String,
+    files: Vec<FileUnits>,
+    take: Option<u64>,
+}
+
+/// What has happened to one source so far.
+#[derive(Default)]
+struct SourceRun {
+    /// Units scanned per file, as read (not capped).
+    scanned: Vec<f64>,
+    /// Units beyond the estimate (files that could not be sized, or read larger).
+    extra_units: f64,
+    scan_done: bool,
+    read: u64,
+    candidates: u64,
+    /// Rows of the work passes started, and done, so far.
+    work_queued: u64,
+    work_done: u64,
+    secs: f64,
+}
+
+struct State {
+    sources: Vec<SourceSize>,
+    runs: Vec<SourceRun>,
+    /// The pass running: its source, kind, start, and the source's work rows done before it.
+    pass: Option<(usize, Pass, Instant, u64)>,
+    scan_secs: f64,
+    work_secs: f64,
+    last_line: Instant,
+}
+
+/// How far the build is, at one moment.
+#[derive(Debug, Clone, PartialEq)]
+struct Snapshot {
+    phase: String,
+    rows: u64,
+    rows_per_sec: f64,
+    /// Seconds spent in passes, and still to go (`None` until a rate is measured).
+    elapsed: f64,
+    eta: Option<f64>,
+}
+
+impl Snapshot {
+    fn fraction(&self) -> f64 {
+        match self.eta {
+            Some(eta) if self.elapsed + eta > 0.0 => (self.elapsed / (self.elapsed + eta)).min(1.0),
+            _ => 0.0,
+        }
+    }
+
+    fn percent(&self) -> u64 {
+        (self.fraction() * 100.0).floor() as u64
+    }
+
+    fn permille(&self) -> u64 {
+        (self.fraction() * BAR_LENGTH as f64).floor() as u64
+    }
+
+    fn text(&self) -> String {
+        format!(
+            "{}: {} rows, {:.0} rows/s, eta {}",
+            self.phase,
+            self.rows,
+            self.rows_per_sec,
+            self.eta.map_or_else(|| "?".to_owned(), duration)
+        )
+    }
+}
+
+/// `42s`, `3m07s`, `2h05m`.
+fn duration(secs: f64) -> String {
+    let s = secs.max(0.0).round() as u64;
+    match s {
+        0..60 => format!("{s}s"),
+        60..3600 => format!("{}m{:02}s", s / 60, s % 60),
+        _ => format!("{}h{:02}m", s / 3600, (s % 3600) / 60),
+    }
+}
+
+impl State {
+    fn new(sources: Vec<SourceSize>, now: Instant) -> Self {
+        let runs = sources
+            .iter()
+            .map(|s| SourceRun {
+                scanned: vec![0.0; s.files.len()],
+                ..Default::default()
+            })
+            .collect();
+        State {
+            sources,
+            runs,
+            pass: None,
+            scan_secs: 0.0,
+            work_secs: 0.0,
+            last_line: now,
+        }
+    }
+
+    /// Ends the running pass.
+    fn close(&mut self, now: Instant) {
+        if let Some((source, pass, started, _)) = self.pass.take() {
+            let secs = now.duration_since(started).as_secs_f64();
+            let run = &mut self.runs[source];
+            run.secs += secs;
+            match pass {
+                Pass::Scan => {
+                    run.scan_done = true;
+                    self.scan_secs += secs;
+                }
+                Pass::Work { .. } => self.work_secs += secs,
+            }
+        }
+    }
+
+    fn start(&mut self, source: usize, pass: Pass, now: Instant) {
+        self.close(now);
+        if source >= self.runs.len() {
+            return;
+        }
+        let run = &mut self.runs[source];
+        if let Pass::Work { rows } = pass {
+            run.work_queued += rows;
+        }
+        self.pass = Some((source, pass, now, run.work_done));
+    }
+
+    fn scanned(&mut self, file: usize, weight: u64) {
+        let Some((source, Pass::Scan, ..)) = self.pass else {
+            return;
+        };
+        let (Some(size), Some(run)) = (
+            self.sources[source].files.get(file),
+            self.runs.get_mut(source),
+        ) else {
+            return;
+        };
+        let units = size.per_row.unwrap_or(weight as f64);
+        let before = run.scanned[file];
+        run.scanned[file] += units;
+        // What the file's estimate did not foresee.
+        run.extra_units += (run.scanned[file] - size.total.max(before)).max(0.0);
+    }
+
+    fn done(&mut self, rows: u64, kept: u64, _tokens: u64) {
+        let Some((source, pass, _, base)) = self.pass else {
+            return;
+        };
+        let run = &mut self.runs[source];
+        match pass {
+            Pass::Scan => {
+                run.read = rows;
+                run.candidates = kept;
+            }
+            Pass::Work { .. } => run.work_done = base + rows,
+        }
+    }
+
+    fn seconds_of(&self, name: &str) -> f64 {
+        self.sources
+            .iter()
+            .position(|s| s.name == name)
+            .map_or(0.0, |i| self.runs[i].secs)
+    }
+
+    fn snapshot(&self, now: Instant) -> Snapshot {
+        let running = |kind: bool| match self.pass {
+            Some((_, pass, started, _)) if matches!(pass, Pass::Scan) == kind => {
+                now.duration_since(started).as_secs_f64()
+            }
+            _ => 0.0,
+        };
+        let scan_secs = self.scan_secs + running(true);
+        let work_secs = self.work_secs + running(false);
+        // Units: estimated total, and scanned (a file counts at most its estimate until the
+        // estimate is exceeded; a finished scan counts its whole total).
+        let (mut total, mut done) = (0.0, 0.0);
+        let mut totals = Vec::with_capacity(self.sources.len());
+        for (size, run) in self.sources.iter().zip(&self.runs) {
+            let estimate: f64 = size.files.iter().map(|f| f.total).sum();
+            let source_total = estimate + run.extra_units;
+            let source_done = if run.scan_done {
+                source_total
+            } else {
+                size.files
+                    .iter()
+                    .zip(&run.scanned)
+                    .map(|(f, &s)| s.min(f.total))
+                    .sum::<f64>()
+                    + run.extra_units
+            };
+            totals.push(source_total);
+            total += source_total;
+            done += source_done;
+        }
+        let scan_rows: u64 = self.runs.iter().map(|r| r.read).sum();
+        let candidates: u64 = self.runs.iter().map(|r| r.candidates).sum();
+        let work_rows: u64 = self.runs.iter().map(|r| r.work_done).sum();
+        let scan_rate = (scan_secs > 0.0 && done > 0.0).then(|| done / scan_secs);
+        // Work rows still to do: a started source's queued rows, else its expected candidates.
+        let candidates_per_unit = if done > 0.0 {
+            candidates as f64 / done
+        } else {
+            0.0
+        };
+        let work_left: f64 = self
+            .sources
+            .iter()
+            .zip(&self.runs)
+            .zip(&totals)
+            .map(|((size, run), &source_total)| {
+                let expected = if run.work_queued > 0 {
+                    run.work_queued as f64
+                } else {
+                    let c = if run.scan_done {
+                        run.candidates as f64
+                    } else {
+                        (candidates_per_unit * source_total).max(run.candidates as f64)
+                    };
+                    size.take.map_or(c, |t| c.min(t as f64))
+                };
+                (expected - run.work_done as f64).max(0.0)
+            })
+            .sum();
+        let work_secs_per_row = if work_rows >= MEASURED_WORK_ROWS && work_secs > 0.0 {
+            Some(work_secs / work_rows as f64)
+        } else if scan_rows > 0 {
+            Some(scan_secs / scan_rows as f64 * WORK_PER_SCAN_ROW)
+        } else {
+            None
+        };
+        let eta = scan_rate
+            .zip(work_secs_per_row)
+            .map(|(rate, per_row)| (total - done).max(0.0) / rate + work_left * per_row);
+        let (phase, rows, secs) = match self.pass {
+            Some((source, Pass::Work { .. }, ..)) => (
+                format!("work {}", self.sources[source].name),
+                work_rows,
+                work_secs,
+            ),
+            Some((source, Pass::Scan, ..)) => (
+                format!("scan {}", self.sources[source].name),
+                scan_rows,
+                scan_secs,
+            ),
+            None => ("start".to_owned(), 0, 0.0),
+        };
+        Snapshot {
+            phase,
+            rows,
+            rows_per_sec: if secs > 0.0 { rows as f64 / secs } else { 0.0 },
+            elapsed: scan_secs + work_secs,
+            eta,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn state(files: Vec<Vec<FileUnits>>, takes: Vec<Option<u64>>) -> State {
+        let sources = files
+            .into_iter()
+            .zip(takes)
+            .enumerate()
+            .map(|(i, (files, take))| SourceSize {
+                name: format!("s{i}"),
+                files,
+                take,
+            })
+            .collect();
+        State::new(sources, Instant::now())
+    }
+
+    fn bytes(n: u64) -> FileUnits {
+        FileUnits::of(Some(FileSize::Bytes(n)))
+    }
+
+    #[test]
+    fn a_parquet_row_is_its_share_of_the_footer_size() {
+        let f = FileUnits::of(Some(FileSize::Rows {
+            rows: 4,
+            bytes: 1000,
+        }));
+        assert_eq!(
+            f,
+            FileUnits {
+                total: 1000.0,
+                per_row: Some(250.0)
+            }
+        );
+        assert_eq!(FileUnits::of(None).total, 0.0);
+    }
+
+    #[test]
+    fn the_eta_is_the_scan_left_at_its_rate_plus_the_work_rows_left() {
+        let t0 = Instant::now();
+        let at = |ms: u64| t0 + Duration::from_millis(ms);
+        // Two JSON sources of 1,000 and 3,000 bytes; the second has `take: 10`.
+        let mut s = state(
+            vec![vec![bytes(1000)], vec![bytes(3000)]],
+            vec![None, Some(10)],
+        );
+        s.start(0, Pass::Scan, at(0));
+        for _ in 0..50 {
+            s.scanned(0, 10);
+        }
+        s.done(50, 40, 0);
+        // 500 of 4,000 bytes in 1 s, 40 candidates per 500 bytes, 50 rows a second.
+        let snap = s.snapshot(at(1000));
+        let scan_left = 3500.0 / 500.0;
+        // Work: source 0 has 80 expected candidates, source 1 at most its take of 10; a work
+        // row costs WORK_PER_SCAN_ROW scan rows (1/50 s).
+        let work_left = (80.0 + 10.0) * (1.0 / 50.0) * WORK_PER_SCAN_ROW;
+        let eta = snap.eta.expect("an eta");
+        assert!((eta - (scan_left + work_left)).abs() < 1e-9, "{eta}");
+        assert_eq!(snap.phase, "scan s0");
+        assert_eq!((snap.rows, snap.rows_per_sec), (50, 50.0));
+        // The scan of source 0 ends (its whole size counts), source 1's starts.
+        s.start(1, Pass::Scan, at(2000));
+        s.scanned(5, 10); // a file index past the source's files is ignored
+        let snap = s.snapshot(at(2000));
+        let eta = snap.eta.expect("an eta");
+        // 1,000 bytes in 2 s; 40 candidates in source 0 (all known).
+        let expected = 3000.0 / 500.0 + (40.0 + 10.0) * (2.0 / 50.0) * WORK_PER_SCAN_ROW;
+        assert!((eta - expected).abs() < 1e-9, "{eta} {expected}");
+        // Work passes: the queued rows replace the estimate; the measured rate takes over.
+        s.done(300, 30, 0);
+        s.start(0, Pass::Work { rows: 40 }, at(3000));
+        s.done(20, 20, 500);
+        let snap = s.snapshot(at(3500));
+        assert_eq!(snap.phase, "work s0");
+        assert_eq!((snap.rows, snap.rows_per_sec), (20, 40.0));
+        let scan_per_row = 3.0 / 350.0;
+        let expected = (20.0 + 10.0) * scan_per_row * WORK_PER_SCAN_ROW;
+        assert!((snap.eta.expect("eta") - expected).abs() < 1e-9);
+        assert_eq!(snap.elapsed, 3.5);
+        s.close(at(4000));
+        assert_eq!(s.seconds_of("s0"), 3.0);
+        assert_eq!(s.seconds_of("s1"), 1.0);
+    }
+
+    #[test]
+    fn a_file_read_past_its_estimate_grows_the_total() {
+        let t0 = Instant::now();
+        let mut s = state(vec![vec![bytes(100), FileUnits::of(None)]], vec![None]);
+        s.start(0, Pass::Scan, t0);
+        s.scanned(0, 150);
+        s.scanned(1, 50);
+        s.done(2, 2, 0);
+        let snap = s.snapshot(t0 + Duration::from_secs(1));
+        // Everything scanned is done: 200 units of 200; only the work is left.
+        let eta = snap.eta.expect("eta");
+        assert!((eta - 2.0 * 0.5 * WORK_PER_SCAN_ROW).abs() < 1e-9, "{eta}");
+    }
+
+    #[test]
+    fn lines_show_percent_rows_rate_and_eta() {
+        let snap = Snapshot {
+            phase: "scan chat".to_owned(),
+            rows: 1234,
+            rows_per_sec: 617.4,
+            elapsed: 2.0,
+            eta: Some(185.0),
+        };
+        assert_eq!(snap.percent(), 1);
+        assert_eq!(snap.text(), "scan chat: 1234 rows, 617 rows/s, eta 3m05s");
+        assert_eq!(duration(7.4), "7s");
+        assert_eq!(duration(7325.0), "2h02m");
+        let none = Snapshot { eta: None, ..snap };
+        assert_eq!((none.percent(), none.text().ends_with("eta ?")), (0, true));
     }
 }

@@ -108,7 +108,7 @@ fn build(
         .num_threads(threads)
         .build()
         .context("failed to start the thread pool")?;
-    let progress = BuildProgress::new(printer);
+    let progress = BuildProgress::new(printer, plan)?;
     let spill_dir = work_dir.join(write::output::SPILL);
     let rejects_path = staging.join("rejects.jsonl");
     let filtered_path = staging.join("filtered.jsonl");

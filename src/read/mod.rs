@@ -185,6 +185,25 @@ pub fn read_files_with(
     Ok(())
 }
 
+/// How much reading a file is, known before reading it (for progress): a JSON file's size in
+/// bytes; a Parquet file's row count and uncompressed data size, from its footer (a few KB
+/// read, not the data).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FileSize {
+    Bytes(u64),
+    Rows { rows: u64, bytes: u64 },
+}
+
+/// [`FileSize`] of an input file.
+pub fn file_size(path: &Path) -> Result<FileSize, ReadError> {
+    match file_type(path)? {
+        FileType::Json | FileType::JsonLines => std::fs::metadata(path)
+            .map(|m| FileSize::Bytes(m.len()))
+            .map_err(|e| ReadError::Io(path.to_owned(), e)),
+        FileType::Parquet => parquet::footer_size(path),
+    }
+}
+
 enum FileType {
     /// `.json`: the content decides between an array and JSON lines (Hub datasets use both).
     Json,
@@ -212,6 +231,40 @@ fn file_type(path: &Path) -> Result<FileType, ReadError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_size_of_a_parquet_file_is_its_footer_row_count() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/demo/alpaca.parquet");
+        let Ok(FileSize::Rows { rows, bytes }) = file_size(&path) else {
+            panic!("a Parquet file is sized in rows");
+        };
+        // 60 rows (tests/fixtures/demo/make_demo.py), as many as the reader streams.
+        let mut read = 0u64;
+        read_files(&[path], &mut |_| {
+            read += 1;
+            true
+        })
+        .expect("readable");
+        assert_eq!((rows, read), (60, 60));
+        assert!(bytes > 0);
+    }
+
+    #[test]
+    fn the_size_of_a_json_file_is_its_byte_count() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        for name in ["a.jsonl", "a.json", "a.ndjson"] {
+            let path = dir.path().join(name);
+            let content = "{\"a\": 1}\n\n{\"b\": \"\u{e9}\"}\n";
+            std::fs::write(&path, content).expect("write");
+            assert_eq!(
+                file_size(&path).expect("sized"),
+                FileSize::Bytes(content.len() as u64),
+                "{name}"
+            );
+        }
+        let missing = dir.path().join("missing.jsonl");
+        assert!(matches!(file_size(&missing), Err(ReadError::Io(p, _)) if p == missing));
+    }
 
     #[test]
     fn a_record_weighs_about_its_json_length() {

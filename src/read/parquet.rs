@@ -45,6 +45,24 @@ pub fn read(path: &Path, options: &ReadOptions, sink: &mut Sink) -> Result<bool,
     Ok(true)
 }
 
+/// Rows and uncompressed column bytes, from the footer alone.
+pub fn footer_size(path: &Path) -> Result<super::FileSize, ReadError> {
+    let file = File::open(path).map_err(|e| ReadError::Io(path.to_owned(), e))?;
+    let builder =
+        ParquetRecordBatchReaderBuilder::try_new(file).map_err(|e| ReadError::Parquet {
+            path: path.to_owned(),
+            message: e.to_string(),
+        })?;
+    let meta = builder.metadata();
+    let rows = u64::try_from(meta.file_metadata().num_rows()).unwrap_or(0);
+    let bytes = meta
+        .row_groups()
+        .iter()
+        .map(|g| u64::try_from(g.total_byte_size()).unwrap_or(0))
+        .sum();
+    Ok(super::FileSize::Rows { rows, bytes })
+}
+
 fn row_object(batch: &RecordBatch, i: usize) -> Map<String, Value> {
     let schema = batch.schema();
     schema
