@@ -41,6 +41,29 @@ pub enum Command {
         #[arg(long)]
         fresh: bool,
     },
+    /// Preflight a pipeline in seconds: report every config error, then run a seeded sample of
+    /// each source through the whole row path (curation included) and print what a full build
+    /// would keep, its tokens, the projected totals and mix, and one rendered row. Exits
+    /// non-zero on a config error or when a source keeps less than `--min-keep` of its sample.
+    Check {
+        /// The pipeline YAML.
+        pipeline: PathBuf,
+        /// Rows sampled per source (spread over the whole source; all of a smaller one).
+        #[arg(long, default_value_t = 200)]
+        sample: u64,
+        /// Least share of its sample (0 to 1) every source must keep.
+        #[arg(long, default_value_t = 0.5)]
+        min_keep: f64,
+        /// Seed of the sample (default: the pipeline's `seed`).
+        #[arg(long)]
+        seed: Option<u64>,
+        /// Worker threads, 1 to 1024 (default: all cores).
+        #[arg(long, value_parser = parse_threads)]
+        threads: Option<usize>,
+        /// Print the report as one JSON document.
+        #[arg(long)]
+        json: bool,
+    },
     /// Render and tokenize conversations read as JSON lines on stdin
     /// (`{"messages": [...], "tools": [...]}`); one JSON line out per line in.
     Render {

@@ -52,6 +52,24 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
             },
             &printer,
         ),
+        Command::Check {
+            pipeline,
+            sample,
+            min_keep,
+            seed,
+            threads,
+            json,
+        } => commands::check::run(
+            &commands::check::CheckArgs {
+                pipeline,
+                sample,
+                min_keep,
+                seed,
+                threads,
+                json,
+            },
+            &printer,
+        ),
         Command::Render {
             template,
             tokenizer,

@@ -162,7 +162,7 @@ fn verify(path: &Path, shard: &Shard) -> Result<()> {
 }
 
 /// Decodes ids, marking supervised runs with color on a terminal and `⟦…⟧` otherwise.
-fn highlight(tokenizer: &Tokenizer, ids: &[u32], mask: &[i8], color: bool) -> String {
+pub(crate) fn highlight(tokenizer: &Tokenizer, ids: &[u32], mask: &[i8], color: bool) -> String {
     let (open, close) = if color {
         ("\x1b[32m", "\x1b[0m")
     } else {

@@ -1,6 +1,7 @@
 //! One handler per subcommand.
 
 pub mod build;
+pub mod check;
 pub mod dataset_dir;
 pub mod diff;
 pub mod fetch;

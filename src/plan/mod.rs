@@ -350,6 +350,7 @@ pub fn compile(path: &Path, access: HubAccess) -> Result<Plan, PlanError> {
             mix: config.mix,
             read_options: crate::read::ReadOptions {
                 max_row_bytes: config.max_row_bytes,
+                sample: None,
             },
             sources,
             output_dir: base.join(&config.output.dir),
@@ -359,8 +360,65 @@ pub fn compile(path: &Path, access: HubAccess) -> Result<Plan, PlanError> {
             notes: inputs.notes,
             lock: inputs.lock,
         }),
-        _ => Err(PlanError::Invalid(path.to_owned(), errors)),
+        _ => Err(PlanError::Invalid(
+            path.to_owned(),
+            errors
+                .into_iter()
+                .map(|e| match error_line(&bytes, &e) {
+                    Some(line) => format!("{}:{line}: {e}", path.display()),
+                    None => e,
+                })
+                .collect(),
+        )),
     }
+}
+
+/// The line of the pipeline a check's message is about, found in the text: the `- ` item of
+/// `sources[i]`, or the top-level key the message starts with. `None` where the text does not
+/// show it (flow style, or a message about no one key).
+fn error_line(source: &[u8], message: &str) -> Option<usize> {
+    let text = std::str::from_utf8(source).ok()?;
+    let top = |key: &str| {
+        text.lines()
+            .position(|l| l.strip_prefix(key).is_some_and(|r| r.starts_with(':')))
+            .map(|i| i + 1)
+    };
+    if let Some(rest) = message.strip_prefix("sources[") {
+        let index: usize = rest.split_once(']')?.0.parse().ok()?;
+        let start = top("sources")?;
+        // The list's items: `- ` at the indentation of the first one, until the next top-level
+        // key.
+        let mut indent = None;
+        let mut seen = 0;
+        for (i, l) in text.lines().enumerate().skip(start) {
+            let trimmed = l.trim_start();
+            let at = l.len() - trimmed.len();
+            if !l.trim().is_empty()
+                && !trimmed.starts_with('#')
+                && at == 0
+                && !trimmed.starts_with('-')
+            {
+                return None;
+            }
+            let item = trimmed.starts_with("- ") || trimmed == "-";
+            if item && *indent.get_or_insert(at) == at {
+                if seen == index {
+                    return Some(i + 1);
+                }
+                seen += 1;
+            }
+        }
+        return None;
+    }
+    let key: String = message
+        .trim_start_matches('`')
+        .chars()
+        .take_while(|c| c.is_ascii_lowercase() || *c == '_')
+        .collect();
+    if key.is_empty() {
+        return None;
+    }
+    top(&key)
 }
 
 /// Reads an input file, or says what the path is instead (a directory, a FIFO, which would

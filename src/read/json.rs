@@ -2,18 +2,21 @@
 //! both `.json`) the first non-space byte decides: `[` is an array (streamed element by
 //! element), anything else is JSON lines. A UTF-8 byte order mark at the start is skipped.
 
+use super::sample::Counted;
 use super::{one_line_error, ReadError, ReadOptions, Record};
 use serde::de::{Deserializer, SeqAccess, Visitor};
 use serde_json::value::RawValue;
 use std::fmt;
 use std::fs::File;
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Seek, SeekFrom};
 use std::path::Path;
+use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
 
 /// Receives (record index, line number for line formats, record); `false` stops the read.
 type Sink<'a> = dyn FnMut(u64, Option<u64>, Record) -> bool + 'a;
 
-const BOM: &[u8] = b"\xEF\xBB\xBF";
+pub(super) const BOM: &[u8] = b"\xEF\xBB\xBF";
 
 pub fn read(
     path: &Path,
@@ -22,7 +25,9 @@ pub fn read(
     sink: &mut Sink,
 ) -> Result<bool, ReadError> {
     let io = |e| ReadError::Io(path.to_owned(), e);
-    let mut reader = BufReader::with_capacity(1 << 20, File::open(path).map_err(io)?);
+    let counter = options.sample.as_ref().map(|s| s.bytes_read.clone());
+    let file = Counted::new(File::open(path).map_err(io)?, counter);
+    let mut reader = BufReader::with_capacity(1 << 20, file);
     if reader.fill_buf().map_err(io)?.starts_with(BOM) {
         reader.consume(BOM.len());
     }
@@ -45,6 +50,60 @@ pub fn read(
         Some(b'[') => read_array(path, reader, options, sink),
         Some(_) => read_lines(path, reader, options, sink),
     }
+}
+
+/// Whether a `.json` file holds an array (its first byte after a byte order mark and
+/// whitespace is `[`), rather than JSON lines.
+pub(super) fn starts_with_array(path: &Path, counter: &Arc<AtomicU64>) -> Result<bool, ReadError> {
+    let io = |e| ReadError::Io(path.to_owned(), e);
+    let file = Counted::new(File::open(path).map_err(io)?, Some(counter.clone()));
+    let mut reader = BufReader::with_capacity(16 << 10, file);
+    if reader.fill_buf().map_err(io)?.starts_with(BOM) {
+        reader.consume(BOM.len());
+    }
+    loop {
+        let buf = reader.fill_buf().map_err(io)?;
+        match buf.iter().position(|b| !b.is_ascii_whitespace()) {
+            Some(p) => return Ok(buf[p] == b'['),
+            None if buf.is_empty() => return Ok(false),
+            None => {
+                let n = buf.len();
+                reader.consume(n);
+            }
+        }
+    }
+}
+
+/// The JSON lines starting at the byte offsets `starts` (sorted), each with its offset as its
+/// record index and no line number (unknown without reading up to it).
+pub(super) fn read_line_starts(
+    path: &Path,
+    starts: &[u64],
+    options: &ReadOptions,
+    sink: &mut Sink,
+) -> Result<bool, ReadError> {
+    let io = |e| ReadError::Io(path.to_owned(), e);
+    let counter = options.sample.as_ref().map(|s| s.bytes_read.clone());
+    let file = Counted::new(File::open(path).map_err(io)?, counter);
+    // Small: a seek discards what is buffered.
+    let mut reader = BufReader::with_capacity(16 << 10, file);
+    for &start in starts {
+        reader.seek(SeekFrom::Start(start)).map_err(io)?;
+        let mut line = Vec::new();
+        let record = match next_line(&mut reader, &mut line, options.max_row_bytes).map_err(io)? {
+            None => continue,
+            Some(Line::TooLong(bytes)) => Record::TooLarge {
+                bytes,
+                limit: options.max_row_bytes,
+            },
+            Some(Line::Kept) if line.iter().all(u8::is_ascii_whitespace) => Record::Blank,
+            Some(Line::Kept) => Record::Line(line),
+        };
+        if !sink(start, None, record) {
+            return Ok(false);
+        }
+    }
+    Ok(true)
 }
 
 /// One line read by [`next_line`].
@@ -113,7 +172,7 @@ pub fn next_line(
 
 fn read_lines(
     path: &Path,
-    mut reader: BufReader<File>,
+    mut reader: impl BufRead,
     options: &ReadOptions,
     sink: &mut Sink,
 ) -> Result<bool, ReadError> {
@@ -158,7 +217,7 @@ fn read_lines(
 /// nested too deep is one bad row, not the end of the file.
 fn read_array(
     path: &Path,
-    reader: BufReader<File>,
+    reader: impl BufRead,
     options: &ReadOptions,
     sink: &mut Sink,
 ) -> Result<bool, ReadError> {
@@ -243,7 +302,10 @@ mod tests {
         let mut out = Vec::new();
         read_files_with(
             &[path],
-            &ReadOptions { max_row_bytes },
+            &ReadOptions {
+                max_row_bytes,
+                sample: None,
+            },
             &mut |raw: RawRow| {
                 out.push((raw.row, raw.line, raw.into_value()));
                 true

@@ -10,8 +10,10 @@
 
 mod json;
 mod parquet;
+pub mod sample;
 
 pub use json::{next_line, Line};
+pub use sample::{FileSample, Sampling};
 
 use crate::reject::{FilterReason, Reject, RejectReason, Skip};
 use serde_json::Value;
@@ -62,11 +64,14 @@ impl RawRow {
 }
 
 /// Reader settings (from the pipeline).
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct ReadOptions {
     /// Largest record accepted, in bytes of its JSON text (a JSON line without its newline; a
     /// Parquet row as its JSON).
     pub max_row_bytes: u64,
+    /// Read only these samples of the files (`chatshards check`), counting the bytes read;
+    /// a file not listed is read whole. `None`: every record of every file.
+    pub sample: Option<std::sync::Arc<Sampling>>,
 }
 
 /// 64 MiB: far above any real chat row (the longest agentic trajectories in the shipped mix
@@ -78,6 +83,7 @@ impl Default for ReadOptions {
     fn default() -> Self {
         ReadOptions {
             max_row_bytes: DEFAULT_MAX_ROW_BYTES,
+            sample: None,
         }
     }
 }
@@ -165,20 +171,65 @@ pub fn read_files_with(
     sink: &mut dyn FnMut(RawRow) -> bool,
 ) -> Result<(), ReadError> {
     for (index, path) in files.iter().enumerate() {
-        let mut file_sink = |row: u64, line: Option<u64>, record: Record| {
-            sink(RawRow {
-                file: index,
-                row,
-                line,
-                record,
-            })
-        };
-        let go_on = match file_type(path)? {
-            FileType::Json => json::read(path, false, options, &mut file_sink)?,
-            FileType::JsonLines => json::read(path, true, options, &mut file_sink)?,
-            FileType::Parquet => parquet::read(path, options, &mut file_sink)?,
-        };
-        if !go_on {
+        let selection = options
+            .sample
+            .as_ref()
+            .and_then(|s| s.files.get(path))
+            .unwrap_or(&FileSample::All);
+        // Whether `sink` asked to stop (a sampled read also stops a file early on its own).
+        let mut stopped = false;
+        {
+            let mut file_sink = |row: u64, line: Option<u64>, record: Record| {
+                let go_on = sink(RawRow {
+                    file: index,
+                    row,
+                    line,
+                    record,
+                });
+                stopped |= !go_on;
+                go_on
+            };
+            let kind = file_type(path)?;
+            match selection {
+                FileSample::All => {
+                    match kind {
+                        FileType::Json => json::read(path, false, options, &mut file_sink)?,
+                        FileType::JsonLines => json::read(path, true, options, &mut file_sink)?,
+                        FileType::Parquet => parquet::read(path, options, &mut file_sink)?,
+                    };
+                }
+                FileSample::Records(only) if only.is_empty() => {}
+                FileSample::Records(only) => {
+                    if let FileType::Parquet = kind {
+                        parquet::read_rows(path, options, Some(only.as_slice()), &mut file_sink)?;
+                    } else {
+                        // Blank lines are no records; the read ends after the last wanted one.
+                        let mut next = 0usize;
+                        let mut wanted = |row: u64, line: Option<u64>, record: Record| {
+                            if matches!(record, Record::Blank) {
+                                return true;
+                            }
+                            while next < only.len() && only[next] < row {
+                                next += 1;
+                            }
+                            if only.get(next) == Some(&row) {
+                                next += 1;
+                                if !file_sink(row, line, record) {
+                                    return false;
+                                }
+                            }
+                            next < only.len()
+                        };
+                        let lines = matches!(kind, FileType::JsonLines);
+                        json::read(path, lines, options, &mut wanted)?;
+                    }
+                }
+                FileSample::LineStarts(starts) => {
+                    json::read_line_starts(path, starts, options, &mut file_sink)?;
+                }
+            }
+        }
+        if stopped {
             break;
         }
     }

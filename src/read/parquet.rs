@@ -5,28 +5,97 @@ use arrow_array::cast::AsArray;
 use arrow_array::types::*;
 use arrow_array::{Array, RecordBatch};
 use arrow_schema::DataType;
-use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+use parquet::arrow::arrow_reader::{
+    ArrowReaderOptions, ParquetRecordBatchReaderBuilder, RowSelection, RowSelector,
+};
+use parquet::file::metadata::PageIndexPolicy;
+use parquet::file::reader::{ChunkReader, Length};
 use serde_json::{Map, Number, Value};
 use std::fs::File;
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 type Sink<'a> = dyn FnMut(u64, Option<u64>, Record) -> bool + 'a;
 
 pub fn read(path: &Path, options: &ReadOptions, sink: &mut Sink) -> Result<bool, ReadError> {
+    read_rows(path, options, None, sink)
+}
+
+/// The rows with the sorted, distinct indices `only` (all rows when `None`), each with its
+/// index in the file. Only the row groups holding them are read, and within those the pages
+/// holding them where the file has a page index.
+pub fn read_rows(
+    path: &Path,
+    options: &ReadOptions,
+    only: Option<&[u64]>,
+    sink: &mut Sink,
+) -> Result<bool, ReadError> {
     let err = |message: String| ReadError::Parquet {
         path: path.to_owned(),
         message,
     };
-    let file = File::open(path).map_err(|e| ReadError::Io(path.to_owned(), e))?;
-    let reader = ParquetRecordBatchReaderBuilder::try_new(file)
+    let counter = options.sample.as_ref().map(|s| s.bytes_read.clone());
+    let file = CountedFile {
+        file: File::open(path).map_err(|e| ReadError::Io(path.to_owned(), e))?,
+        counter,
+    };
+    let reader_options =
+        ArrowReaderOptions::new().with_page_index_policy(PageIndexPolicy::Optional);
+    let mut builder = ParquetRecordBatchReaderBuilder::try_new_with_options(file, reader_options)
         .map_err(|e| err(e.to_string()))?
-        .with_batch_size(1024)
-        .build()
-        .map_err(|e| err(e.to_string()))?;
-    let mut row = 0u64;
+        .with_batch_size(1024);
+    // The file index of each row the reader yields, in order (`None`: 0, 1, 2...).
+    let mut rows_of: Option<Vec<u64>> = None;
+    if let Some(only) = only {
+        let metadata = builder.metadata().clone();
+        let (mut groups, mut selectors, mut kept) = (Vec::new(), Vec::new(), Vec::new());
+        let (mut first, mut next) = (0u64, 0usize);
+        for (g, group) in metadata.row_groups().iter().enumerate() {
+            let n = u64::try_from(group.num_rows()).unwrap_or(0);
+            let end = first + n;
+            let start_next = next;
+            while next < only.len() && only[next] < end {
+                next += 1;
+            }
+            if next > start_next {
+                groups.push(g);
+                let mut at = first;
+                for &row in &only[start_next..next] {
+                    if row > at {
+                        selectors.push(RowSelector::skip((row - at) as usize));
+                    }
+                    selectors.push(RowSelector::select(1));
+                    kept.push(row);
+                    at = row + 1;
+                }
+                if end > at {
+                    selectors.push(RowSelector::skip((end - at) as usize));
+                }
+            }
+            first = end;
+        }
+        if groups.is_empty() {
+            return Ok(true);
+        }
+        builder = builder
+            .with_row_groups(groups)
+            .with_row_selection(RowSelection::from(selectors));
+        rows_of = Some(kept);
+    }
+    let reader = builder.build().map_err(|e| err(e.to_string()))?;
+    let mut yielded = 0usize;
     for batch in reader {
         let batch = batch.map_err(|e| err(e.to_string()))?;
         for i in 0..batch.num_rows() {
+            let row = match &rows_of {
+                Some(rows) => match rows.get(yielded) {
+                    Some(&r) => r,
+                    None => return Err(err("the row selection yielded extra rows".into())),
+                },
+                None => yielded as u64,
+            };
+            yielded += 1;
             // A row group is in memory already: an oversize row is refused after reading.
             let mut record = Record::Parsed(Value::Object(row_object(&batch, i)));
             let bytes = record.weight() as u64;
@@ -39,7 +108,6 @@ pub fn read(path: &Path, options: &ReadOptions, sink: &mut Sink) -> Result<bool,
             if !sink(row, None, record) {
                 return Ok(false);
             }
-            row += 1;
         }
     }
     Ok(true)
@@ -61,6 +129,57 @@ pub fn footer_size(path: &Path) -> Result<super::FileSize, ReadError> {
         .map(|g| u64::try_from(g.total_byte_size()).unwrap_or(0))
         .sum();
     Ok(super::FileSize::Rows { rows, bytes })
+}
+
+/// The file's row count, from its footer.
+pub fn row_count(path: &Path, counter: &Arc<AtomicU64>) -> Result<u64, ReadError> {
+    let file = CountedFile {
+        file: File::open(path).map_err(|e| ReadError::Io(path.to_owned(), e))?,
+        counter: Some(counter.clone()),
+    };
+    let builder =
+        ParquetRecordBatchReaderBuilder::try_new(file).map_err(|e| ReadError::Parquet {
+            path: path.to_owned(),
+            message: e.to_string(),
+        })?;
+    Ok(u64::try_from(builder.metadata().file_metadata().num_rows()).unwrap_or(0))
+}
+
+/// A Parquet file whose reads are counted (`chatshards check` reports them).
+struct CountedFile {
+    file: File,
+    counter: Option<Arc<AtomicU64>>,
+}
+
+impl CountedFile {
+    fn count(&self, n: u64) {
+        if let Some(c) = &self.counter {
+            c.fetch_add(n, Ordering::Relaxed);
+        }
+    }
+}
+
+impl Length for CountedFile {
+    fn len(&self) -> u64 {
+        Length::len(&self.file)
+    }
+}
+
+impl ChunkReader for CountedFile {
+    type T = super::sample::Counted<<File as ChunkReader>::T>;
+
+    fn get_read(&self, start: u64) -> parquet::errors::Result<Self::T> {
+        Ok(super::sample::Counted::new(
+            self.file.get_read(start)?,
+            self.counter.clone(),
+        ))
+    }
+
+    fn get_bytes(&self, start: u64, length: usize) -> parquet::errors::Result<bytes::Bytes> {
+        let bytes = self.file.get_bytes(start, length)?;
+        self.count(bytes.len() as u64);
+        Ok(bytes)
+    }
 }
 
 fn row_object(batch: &RecordBatch, i: usize) -> Map<String, Value> {
