@@ -137,6 +137,9 @@ struct MixProjection {
     notes: Vec<String>,
 }
 
+/// A row shown as the example of its source: its `sample_id`, ids and mask.
+type ExampleRow = (String, Vec<u32>, Vec<i8>);
+
 pub fn run(args: &CheckArgs, printer: &Printer) -> Result<()> {
     if args.sample == 0 {
         bail!("--sample must be at least 1");
@@ -236,7 +239,7 @@ pub fn run(args: &CheckArgs, printer: &Printer) -> Result<()> {
     // Per output row: (tokens, supervised), and the first row of each source.
     let n = plan.sources.len();
     let mut lengths: Vec<Vec<(u64, u64)>> = vec![Vec::new(); n];
-    let mut examples: Vec<Option<(String, Vec<u32>, Vec<i8>)>> = vec![None; n];
+    let mut examples: Vec<Option<ExampleRow>> = vec![None; n];
     let buckets = spill.finish()?;
     let mut buffer = SpilledBucket::buffer_for(&buckets);
     for b in &buckets {
