@@ -335,7 +335,12 @@ impl Context<'_> {
             match out.journal.begin(PassKind::Scan, index)? {
                 PassMode::Record(recorder) => recorder,
                 PassMode::Replay(mut replay) => {
+                    // Shown as a pass done at once, so that the progress stays whole.
+                    self.progress.pass_started(index, Pass::Scan);
+                    let (mut read, mut candidates) = (0u64, 0u64);
                     while let Some(event) = replay.next_event()? {
+                        read += 1;
+                        candidates += u64::from(matches!(event, RowEvent::Candidate { .. }));
                         ledger.read(index);
                         match event {
                             RowEvent::Rejected(reason) => ledger.rejected(index, reason),
@@ -355,6 +360,7 @@ impl Context<'_> {
                             )),
                         }
                     }
+                    self.progress.rows_done(read, candidates, 0);
                     return Ok(());
                 }
             };
@@ -501,6 +507,8 @@ impl Context<'_> {
         let mut recorder = match out.journal.begin(PassKind::Work, index)? {
             PassMode::Record(recorder) => recorder,
             PassMode::Replay(mut replay) => {
+                let rows = wanted.len() as u64;
+                self.progress.pass_started(index, Pass::Work { rows });
                 while let Some(event) = replay.next_event()? {
                     let RowEvent::Worked {
                         file,
@@ -516,6 +524,7 @@ impl Context<'_> {
                     };
                     ledger.worked(index, file, row, copy, work);
                 }
+                self.progress.rows_done(rows, rows, 0);
                 return Ok(());
             }
         };
