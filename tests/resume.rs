@@ -80,8 +80,10 @@ fn kill_after_pass(mut child: Child, pipeline: &Path, pass: usize) -> bool {
     loop {
         if recorded.exists() {
             child.kill().expect("SIGKILL");
-            let _ = child.wait();
-            return true;
+            let status = child.wait().expect("wait");
+            // A build that ended before the kill landed (its last pass, under load) is no
+            // kill: the caller sees it finished.
+            return !status.success();
         }
         if child.try_wait().expect("wait").is_some() {
             return false;
@@ -110,6 +112,9 @@ fn resume_after_passes(mix: &str, first: usize) -> usize {
             .spawn()
             .expect("spawn");
         if !kill_after_pass(child, &p, pass) {
+            if tmp.path().join("out").exists() {
+                assert_eq!(snapshot(&tmp.path().join("out")), expected);
+            }
             break;
         }
         assert!(!tmp.path().join("out").exists());
@@ -134,8 +139,10 @@ fn resume_after_passes(mix: &str, first: usize) -> usize {
 
 #[test]
 fn a_build_killed_after_any_pass_resumes_to_the_same_bytes() {
-    // Scans of 4 sources, then a work pass each.
-    assert_eq!(resume_after_passes("mix: {target: rows, total: 220}", 0), 8);
+    // Scans of 4 sources, then a work pass each (the kill after the last one can come too
+    // late on a loaded machine).
+    let passes = resume_after_passes("mix: {target: rows, total: 220}", 0);
+    assert!((7..=8).contains(&passes), "{passes} passes");
 }
 
 #[test]
