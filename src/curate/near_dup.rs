@@ -507,6 +507,33 @@ mod tests {
     }
 
     #[test]
+    fn every_instruction_set_gives_the_same_signature() {
+        let h = MinHasher::new(&NearDupConfig::default());
+        let hashes: Vec<u32> = (0..500u32)
+            .map(|i| i.wrapping_mul(0x9E37_79B9).rotate_left(7))
+            .collect();
+        let mut portable = vec![u32::MAX; h.a.len()];
+        minimize(&mut portable, &h.a, &h.b, &hashes);
+        let text = "one two three four five six seven eight nine ten eleven";
+        let mut expected = vec![u32::MAX; h.a.len()];
+        for_each_shingle(text, Shingle::Words(5), &mut |s| {
+            let x = (xxh3_64_with_seed(s.as_bytes(), 0) >> 32) as u32;
+            for ((m, &a), &b) in expected.iter_mut().zip(&h.a).zip(&h.b) {
+                *m = (*m).min(a.wrapping_mul(x).wrapping_add(b));
+            }
+        });
+        // `signature` takes the AVX2 path where the CPU has it: the plain loop's values.
+        assert_eq!(h.signature(text), Some(expected));
+        #[cfg(target_arch = "x86_64")]
+        if std::arch::is_x86_feature_detected!("avx2") {
+            let mut avx2 = vec![u32::MAX; h.a.len()];
+            // SAFETY: AVX2 is present (checked above).
+            unsafe { minimize_avx2(&mut avx2, &h.a, &h.b, &hashes) };
+            assert_eq!(avx2, portable);
+        }
+    }
+
+    #[test]
     fn groups_are_connected_components_with_the_smallest_row() {
         // Row 4 shares band 0 with row 2, row 2 band 1 with row 7, row 7 band 2 with row 3:
         // one group {2, 3, 4, 7}, survivor 2. Row 5 is alone; rows 0, 1, 6 were never inserted.
