@@ -8,7 +8,7 @@
 //! prose was not. An item shorter than one n-gram (window) matches when the row contains all of
 //! it.
 
-use super::text::{self, Scope};
+use super::text::{self, RowText, Scope};
 use crate::conversation::Conversation;
 use crate::hub::HubEntry;
 use crate::read::read_files;
@@ -293,6 +293,14 @@ impl DecontamIndex {
     /// The first item (in the row's text order) that `c` shares an n-gram with.
     pub fn check(&self, c: &Conversation) -> Option<Hit> {
         self.check_text(&text::scope_text(c, self.scope))
+    }
+
+    /// [`DecontamIndex::check`] on a row whose normalized texts other steps share.
+    pub fn check_row(&self, row: &RowText) -> Option<Hit> {
+        if self.grams.is_empty() {
+            return None;
+        }
+        self.check_normalized(row.normalized(self.scope))
     }
 
     /// The scope whose text [`DecontamIndex::check`] reads.

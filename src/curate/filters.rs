@@ -6,7 +6,7 @@
 //! after tokenizing. Global filters run before a source's own, each in the order written, and a
 //! row is counted under the first one that drops it.
 
-use super::text::{self, Scope};
+use super::text::{self, RowText, Scope};
 use crate::conversation::{Conversation, Role};
 use regex::RegexSet;
 use serde::de::{self, Deserializer, MapAccess, Visitor};
@@ -453,8 +453,13 @@ impl Filters {
 
     /// The first content filter that drops `c`, if any.
     pub fn check_content(&self, c: &Conversation) -> Result<(), Dropped> {
+        self.check_row(&RowText::new(c))
+    }
+
+    /// [`Filters::check_content`] on a row whose texts the later steps share.
+    pub fn check_row(&self, row: &RowText) -> Result<(), Dropped> {
         for f in &self.content {
-            if let Some(detail) = f.check.check(c) {
+            if let Some(detail) = f.check.check(row) {
                 return Err(Dropped {
                     filter: f.name.clone(),
                     detail,
@@ -516,7 +521,8 @@ fn valid_name(name: &str) -> bool {
 }
 
 impl ContentCheck {
-    fn check(&self, c: &Conversation) -> Option<String> {
+    fn check(&self, row: &RowText) -> Option<String> {
+        let c = row.conversation();
         match self {
             ContentCheck::Turns(b) => {
                 let turns = c
@@ -540,8 +546,7 @@ impl ContentCheck {
                 min_confidence,
                 scope,
             } => {
-                let text = text::scope_text(c, *scope);
-                let Some(info) = whatlang::detect(prefix(&text, LANGUAGE_CHARS)) else {
+                let Some(info) = whatlang::detect(prefix(row.scope(*scope), LANGUAGE_CHARS)) else {
                     return Some(format!("no language detected in {} text", scope.as_str()));
                 };
                 let (lang, confidence) = (info.lang(), info.confidence());
@@ -566,14 +571,14 @@ impl ContentCheck {
                 exclude,
                 scope,
             } => {
-                let text = text::scope_text(c, *scope);
+                let text = row.scope(*scope);
                 if let Some((set, patterns)) = exclude {
-                    if let Some(i) = set.matches(&text).iter().next() {
+                    if let Some(i) = set.matches(text).iter().next() {
                         return Some(format!("matches exclude pattern `{}`", patterns[i]));
                     }
                 }
                 if let Some((set, _)) = include {
-                    if !set.is_match(&text) {
+                    if !set.is_match(text) {
                         return Some(format!(
                             "{} text matches no include pattern",
                             scope.as_str()
@@ -582,22 +587,34 @@ impl ContentCheck {
                 }
                 None
             }
-            ContentCheck::Repetition(r) => repetition(r, &text::scope_text(c, r.scope)),
+            ContentCheck::Repetition(r) => {
+                repetition(r, row.scope(r.scope), || row.normalized(r.scope))
+            }
         }
     }
 }
 
-/// The first repetition rule `text` breaks.
-fn repetition(r: &RepetitionFilter, text: &str) -> Option<String> {
+/// The first repetition rule `text` breaks; `normalized` gives its [`text::normalize`]d form
+/// (computed only if the n-gram rules are reached, and shared with other steps of the scope).
+fn repetition<'t>(
+    r: &RepetitionFilter,
+    text: &str,
+    normalized: impl FnOnce() -> &'t str,
+) -> Option<String> {
     let lines: Vec<&str> = text
         .split('\n')
         .map(str::trim)
         .filter(|l| l.chars().any(char::is_alphanumeric))
         .collect();
-    repetition_rules(r, text, &lines)
+    repetition_rules(r, text, &lines, normalized)
 }
 
-fn repetition_rules(r: &RepetitionFilter, text: &str, lines: &[&str]) -> Option<String> {
+fn repetition_rules<'t>(
+    r: &RepetitionFilter,
+    text: &str,
+    lines: &[&str],
+    normalized: impl FnOnce() -> &'t str,
+) -> Option<String> {
     let over = |what: &str, value: f64, max: Option<f64>| -> Option<String> {
         max.filter(|&max| value > max)
             .map(|max| format!("{what} {value:.3} > {max}"))
@@ -641,12 +658,12 @@ fn repetition_rules(r: &RepetitionFilter, text: &str, lines: &[&str]) -> Option<
     if r.max_top_ngram_char_fraction.is_empty() && r.max_duplicate_ngram_char_fraction.is_empty() {
         return None;
     }
-    let normalized = text::normalize(text);
+    let normalized = normalized();
     // Each distinct word as a small integer, so that the n-gram tables below hash and compare
     // a few integers instead of n strings (exact: equal ids are equal words).
     let mut ids: FastMap<&str, u32> = FastMap::default();
     let mut lens: Vec<usize> = Vec::new();
-    let words: Vec<u32> = text::words(&normalized)
+    let words: Vec<u32> = text::words(normalized)
         .map(|w| {
             let next = ids.len() as u32;
             let id = *ids.entry(w).or_insert(next);
@@ -658,8 +675,15 @@ fn repetition_rules(r: &RepetitionFilter, text: &str, lines: &[&str]) -> Option<
     if total == 0 {
         return None;
     }
+    // Every measure first (one pass per n-gram length), then the rules in their order.
+    let (top, dup) = ngram_measures(
+        &words,
+        &lens,
+        r.max_top_ngram_char_fraction.keys().copied(),
+        r.max_duplicate_ngram_char_fraction.keys().copied(),
+    );
     for (&n, &max) in &r.max_top_ngram_char_fraction {
-        let chars = top_ngram_chars(&words, &lens, n);
+        let chars = top[&n];
         if let Some(d) = over(
             &format!("top {n}-gram character fraction"),
             chars as f64 / total as f64,
@@ -669,7 +693,7 @@ fn repetition_rules(r: &RepetitionFilter, text: &str, lines: &[&str]) -> Option<
         }
     }
     for (&n, &max) in &r.max_duplicate_ngram_char_fraction {
-        let chars = duplicate_ngram_chars(&words, &lens, n);
+        let chars = dup[&n];
         if let Some(d) = over(
             &format!("duplicate {n}-gram character fraction"),
             chars as f64 / total as f64,
@@ -679,6 +703,96 @@ fn repetition_rules(r: &RepetitionFilter, text: &str, lines: &[&str]) -> Option<
         }
     }
     None
+}
+
+/// For each `n` of `top`: [`top_ngram_chars`]; of `dup`: [`duplicate_ngram_chars`].
+///
+/// The n-grams of every length get small integer ids, level by level: the (n+1)-gram at `i` is
+/// the pair of n-grams at `i` and `i + 1`, so one table lookup of two ids numbers it, and it is
+/// new without a lookup when either n-gram occurs once. Equal ids are equal n-grams (exact),
+/// and a text costs about one lookup per word and level for its repeated parts only.
+fn ngram_measures(
+    words: &[u32],
+    lens: &[usize],
+    top: impl Iterator<Item = usize>,
+    dup: impl Iterator<Item = usize>,
+) -> (BTreeMap<usize, usize>, BTreeMap<usize, usize>) {
+    let mut top: BTreeMap<usize, usize> = top.map(|n| (n, 0)).collect();
+    let mut dup: BTreeMap<usize, usize> = dup.map(|n| (n, 0)).collect();
+    let max_n = top.keys().chain(dup.keys()).copied().max().unwrap_or(0);
+    // chars[i..j] = prefix[j] - prefix[i].
+    let mut prefix = Vec::with_capacity(lens.len() + 1);
+    prefix.push(0);
+    for &l in lens {
+        prefix.push(prefix.last().copied().unwrap_or(0) + l);
+    }
+    let mut ids: Vec<u32> = words.to_vec();
+    let mut counts = vec![0u32; ids.iter().map(|&w| w as usize + 1).max().unwrap_or(0)];
+    for &w in &ids {
+        counts[w as usize] += 1;
+    }
+    let mut pairs: FastMap<u64, u32> = FastMap::default();
+    let mut seen: Vec<bool> = Vec::new();
+    for n in 1..=max_n {
+        if ids.is_empty() {
+            break;
+        }
+        let chars = |i: usize| prefix[i + n] - prefix[i];
+        if let Some(v) = top.get_mut(&n) {
+            // The most frequent repeated n-gram (ties: the one with the most characters).
+            *v = (0..ids.len())
+                .filter(|&i| counts[ids[i] as usize] > 1)
+                .map(|i| (counts[ids[i] as usize] as usize, chars(i)))
+                .max()
+                .map_or(0, |(count, chars)| count * chars);
+        }
+        if let Some(v) = dup.get_mut(&n) {
+            seen.clear();
+            seen.resize(counts.len(), false);
+            let (mut repeated, mut i) = (0, 0);
+            while i < ids.len() {
+                let id = ids[i] as usize;
+                if seen[id] {
+                    repeated += chars(i);
+                    i += n;
+                } else {
+                    seen[id] = true;
+                    i += 1;
+                }
+            }
+            *v = repeated;
+        }
+        if n == max_n {
+            break;
+        }
+        // The next level's ids, numbered densely from 0.
+        pairs.clear();
+        let mut fresh = 0u32;
+        let mut next = Vec::with_capacity(ids.len().saturating_sub(1));
+        for w in ids.windows(2) {
+            let (x, y) = (w[0], w[1]);
+            let id = if counts[x as usize] == 1 || counts[y as usize] == 1 {
+                fresh += 1;
+                fresh - 1
+            } else {
+                match pairs.entry((u64::from(x) << 32) | u64::from(y)) {
+                    std::collections::hash_map::Entry::Occupied(e) => *e.get(),
+                    std::collections::hash_map::Entry::Vacant(e) => {
+                        fresh += 1;
+                        *e.insert(fresh - 1)
+                    }
+                }
+            };
+            next.push(id);
+        }
+        counts.clear();
+        counts.resize(fresh as usize, 0);
+        for &id in &next {
+            counts[id as usize] += 1;
+        }
+        ids = next;
+    }
+    (top, dup)
 }
 
 /// In-memory tables of one row's words and n-grams (never persisted, so any hasher will do; the
@@ -719,7 +833,8 @@ fn paragraphs(text: &str) -> Vec<String> {
 }
 
 /// Characters of the most frequent n-gram times its count, when it occurs more than once (ties:
-/// the one with the most characters).
+/// the one with the most characters). The definition [`ngram_measures`] computes faster.
+#[cfg(test)]
 fn top_ngram_chars(words: &[u32], lens: &[usize], n: usize) -> usize {
     if n == 0 || words.len() < n {
         return 0;
@@ -737,7 +852,9 @@ fn top_ngram_chars(words: &[u32], lens: &[usize], n: usize) -> usize {
 }
 
 /// Characters of n-grams repeating an earlier n-gram, scanning left to right and skipping the n
-/// words of each repeat (datatrove's `find_all_duplicate`).
+/// words of each repeat (datatrove's `find_all_duplicate`). The definition [`ngram_measures`]
+/// computes faster.
+#[cfg(test)]
 fn duplicate_ngram_chars(words: &[u32], lens: &[usize], n: usize) -> usize {
     if n == 0 || words.len() < n {
         return 0;
@@ -1222,6 +1339,30 @@ mod tests {
         assert_eq!(duplicate_ngram_chars(&w, &lens, 3), 3);
         assert_eq!(top_ngram_chars(&w, &lens, 9), 0);
         assert_eq!(duplicates(&["x", "yy", "x", "yy", "z"]), (2, 3, 7));
+        // The level-by-level ids give the definitions' values, on texts with many repeats.
+        let mut state = 12345u64;
+        let mut next = |m: u64| {
+            state = state
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (state >> 33) % m
+        };
+        for round in 0..300 {
+            let len = next(120) as usize;
+            let vocab = 1 + next(if round % 3 == 0 { 3 } else { 40 });
+            let w: Vec<u32> = (0..len).map(|_| next(vocab) as u32).collect();
+            let lens: Vec<usize> = w.iter().map(|&x| 1 + x as usize % 7).collect();
+            let ns = 1..=12usize;
+            let (top, dup) = ngram_measures(&w, &lens, ns.clone(), ns.clone());
+            for n in ns {
+                assert_eq!(top[&n], top_ngram_chars(&w, &lens, n), "top {n} {w:?}");
+                assert_eq!(
+                    dup[&n],
+                    duplicate_ngram_chars(&w, &lens, n),
+                    "dup {n} {w:?}"
+                );
+            }
+        }
         assert_eq!(
             paragraphs("p1 l1\np1 l2\n\n\n  \np2\n\n}\n"),
             ["p1 l1\np1 l2", "p2"]

@@ -7,6 +7,7 @@ use super::exact::{fingerprint, DedupKey};
 use super::filters::{Dropped, Filters};
 use super::ledger::Scanned;
 use super::near_dup::MinHasher;
+use super::text::RowText;
 use crate::conversation::Conversation;
 use crate::plan::Plan;
 use crate::process::Tokenized;
@@ -67,17 +68,20 @@ impl<'p> Curator<'p> {
         conversation: &Conversation,
         weight: u32,
     ) -> Result<Scanned, Dropped> {
-        self.filters[source].check_content(conversation)?;
+        // Scope texts and their normalizations, made once for the filters, near-dup and
+        // decontamination (those reading the same scope share them).
+        let text = RowText::new(conversation);
+        self.filters[source].check_row(&text)?;
         Ok(Scanned {
             fingerprint: self.dedup.map(|key| fingerprint(conversation, key)),
             bands: match self.near_dup[source] {
-                true => self.minhash.as_ref().and_then(|m| m.bands(conversation)),
+                true => self.minhash.as_ref().and_then(|m| m.bands_of_row(&text)),
                 false => None,
             },
             hit: self
                 .decontam
                 .as_ref()
-                .and_then(|d| d.check(conversation))
+                .and_then(|d| d.check_row(&text))
                 .map(|hit| (hit.benchmark, hit.item)),
             weight,
         })

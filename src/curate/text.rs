@@ -1,9 +1,13 @@
 //! The text that curation steps look at: a role scope of a conversation, and one normalization
-//! shared by near-duplicate detection and decontamination.
+//! shared by near-duplicate detection, decontamination and the repetition filter.
+//!
+//! [`RowText`] computes each scope's text and its normalization at most once per row, so steps
+//! that read the same scope (e.g. near-dup and decontamination on `all`) share the work.
 
 use crate::conversation::{Conversation, Message, Role};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use std::cell::OnceCell;
 use unicode_normalization_alignments::UnicodeNormalization;
 
 /// Which turns a step reads. Each step documents its own default (see its config).
@@ -35,6 +39,17 @@ impl Scope {
         }
     }
 
+    /// A small index per scope, for per-scope caches.
+    fn index(self) -> usize {
+        match self {
+            Scope::User => 0,
+            Scope::Assistant => 1,
+            Scope::System => 2,
+            Scope::Prompt => 3,
+            Scope::All => 4,
+        }
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
             Scope::User => "user",
@@ -43,6 +58,38 @@ impl Scope {
             Scope::Prompt => "prompt",
             Scope::All => "all",
         }
+    }
+}
+
+/// One row's scope texts and their normalizations, each computed on first use and then shared by
+/// every step that reads it.
+pub struct RowText<'c> {
+    conversation: &'c Conversation,
+    raw: [OnceCell<String>; 5],
+    normalized: [OnceCell<String>; 5],
+}
+
+impl<'c> RowText<'c> {
+    pub fn new(conversation: &'c Conversation) -> Self {
+        RowText {
+            conversation,
+            raw: Default::default(),
+            normalized: Default::default(),
+        }
+    }
+
+    pub fn conversation(&self) -> &'c Conversation {
+        self.conversation
+    }
+
+    /// [`scope_text`] of the row.
+    pub fn scope(&self, scope: Scope) -> &str {
+        self.raw[scope.index()].get_or_init(|| scope_text(self.conversation, scope))
+    }
+
+    /// [`normalize`] of the scope's text.
+    pub fn normalized(&self, scope: Scope) -> &str {
+        self.normalized[scope.index()].get_or_init(|| normalize(self.scope(scope)))
     }
 }
 
@@ -106,17 +153,38 @@ pub fn normalize(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     // Whether a separator is owed before the next word character.
     let mut gap = false;
-    for (c, _) in text.nfkc() {
+    fn push(out: &mut String, c: char, gap: &mut bool) {
         if !c.is_alphanumeric() {
-            gap = !out.is_empty();
-            continue;
+            *gap = !out.is_empty();
+            return;
         }
         let single = is_unspaced_script(c);
-        if (gap || single) && !out.is_empty() && !out.ends_with(' ') {
+        if (*gap || single) && !out.is_empty() && !out.ends_with(' ') {
             out.push(' ');
         }
-        gap = single;
+        *gap = single;
         out.extend(c.to_lowercase());
+    }
+    // NFKC runs only over the chunks between ASCII separators, and ASCII chunks skip it (NFKC
+    // leaves ASCII as it is): the same result as NFKC over the whole text, since an ASCII
+    // separator is a starter that nothing reorders across, and the only compositions it takes
+    // part in (`<`, `=`, `>` with U+0338) give symbols that are separators too.
+    for (i, chunk) in text
+        .split(|c: char| c.is_ascii() && !c.is_ascii_alphanumeric())
+        .enumerate()
+    {
+        if i > 0 {
+            gap = !out.is_empty();
+        }
+        if chunk.is_ascii() {
+            for c in chunk.chars() {
+                push(&mut out, c, &mut gap);
+            }
+        } else {
+            for (c, _) in chunk.nfkc() {
+                push(&mut out, c, &mut gap);
+            }
+        }
     }
     out
 }
@@ -213,6 +281,25 @@ mod tests {
         assert!(serde_yaml_ng::from_str::<Scope>("tool").is_err());
     }
 
+    /// The definition: NFKC over the whole text, then the character rules.
+    fn normalize_whole(text: &str) -> String {
+        let mut out = String::new();
+        let mut gap = false;
+        for (c, _) in text.nfkc() {
+            if !c.is_alphanumeric() {
+                gap = !out.is_empty();
+                continue;
+            }
+            let single = is_unspaced_script(c);
+            if (gap || single) && !out.is_empty() && !out.ends_with(' ') {
+                out.push(' ');
+            }
+            gap = single;
+            out.extend(c.to_lowercase());
+        }
+        out
+    }
+
     #[test]
     fn normalization() {
         assert_eq!(
@@ -238,6 +325,20 @@ mod tests {
                 .trim_end()
                 .to_string();
             assert_eq!(normalize(t), general, "{t:?}");
+        }
+        // The chunked normalization equals NFKC over the whole text, across ASCII separators
+        // followed by combining marks, compositions with them, and decompositions to ASCII.
+        for t in [
+            "e\u{301}t\u{e9}",
+            "a=\u{338}b <\u{338} >\u{338}",
+            " \u{301}x .\u{345}y",
+            "ﬁ½x Ⅻ,ｆｏｏ-バー",
+            "가\u{1161}각 한국어",
+            "x\u{327}\u{301}.\u{301}\u{327}z",
+            "日本。語 ⁵x²",
+            "Zürich,Straße...ÉCOLE\n\t我爱Rust",
+        ] {
+            assert_eq!(normalize(t), normalize_whole(t), "{t:?}");
         }
         let n = normalize("a  b\tc");
         assert_eq!(words(&n).collect::<Vec<_>>(), ["a", "b", "c"]);
