@@ -648,7 +648,7 @@ fn text_report(r: &Report, color: bool) -> String {
         }
     ));
     out.push(format!(
-        "read {} of {} input bytes",
+        "read {} bytes of input files, benchmark sets included (the sources hold {} bytes)",
         r.bytes_read, r.input_bytes
     ));
     for s in &r.sources {
