@@ -305,6 +305,14 @@ impl Out<'_, '_> {
     }
 }
 
+/// What the ledger made of a scanned row.
+enum ScanOutcome {
+    /// Rejected or filtered.
+    Dropped,
+    /// A candidate, or (`Some`) an exact duplicate of the candidate with this global index.
+    Candidate(Option<u32>),
+}
+
 /// What the scan found for one row.
 enum ScanRow {
     Rejected(Reject),
@@ -330,42 +338,23 @@ struct WorkDone {
 
 impl Context<'_> {
     fn scan(&self, index: usize, ledger: &mut Ledger, out: &mut Out) -> Result<(), RunError> {
-        let source = &self.plan.sources[index];
-        let mut recorder =
-            match out.journal.begin(PassKind::Scan, index)? {
-                PassMode::Record(recorder) => recorder,
-                PassMode::Replay(mut replay) => {
-                    // Shown as a pass done at once, so that the progress stays whole.
-                    self.progress.pass_started(index, Pass::Scan);
-                    let (mut read, mut candidates) = (0u64, 0u64);
-                    while let Some(event) = replay.next_event()? {
-                        read += 1;
-                        candidates += u64::from(matches!(event, RowEvent::Candidate { .. }));
-                        ledger.read(index);
-                        match event {
-                            RowEvent::Rejected(reason) => ledger.rejected(index, reason),
-                            RowEvent::Filtered(filter) => ledger.filtered(index, &filter),
-                            RowEvent::Candidate {
-                                file,
-                                row,
-                                shown,
-                                scanned,
-                            } => {
-                                let name = selection_name(&source.display_files[file as usize]);
-                                ledger.candidate(index, (file, row, shown), name, scanned);
-                            }
-                            RowEvent::Worked { .. } => return Err(RunError::Curate(
-                                "the build journal holds work in a scan pass; run with `--fresh`"
-                                    .to_owned(),
-                            )),
-                        }
-                    }
-                    self.progress.rows_done(read, candidates, 0);
-                    return Ok(());
-                }
-            };
-        let sinks = &mut *out.sinks;
         self.progress.pass_started(index, Pass::Scan);
+        let mut recorder = match out.journal.begin(PassKind::Scan, index)? {
+            PassMode::Record(recorder) => recorder,
+            PassMode::Replay(mut replay) => {
+                // Shown as a pass done at once, so that the progress stays whole.
+                let (mut read, mut candidates) = (0u64, 0u64);
+                while let Some(event) = replay.next_event()? {
+                    read += 1;
+                    if let ScanOutcome::Candidate(None) = self.apply_scan(index, ledger, event)? {
+                        candidates += 1;
+                    }
+                }
+                self.progress.rows_done(read, candidates, 0);
+                return Ok(());
+            }
+        };
+        let sinks = &mut *out.sinks;
         let (mut read, mut candidates) = (0u64, 0u64);
         // (file, row, shown row, weight for progress, what the scan found)
         type ScanResult = (u32, u64, u64, u64, ScanRow);
@@ -385,70 +374,47 @@ impl Context<'_> {
             for (file, row, shown, weight, scanned) in rows {
                 read += 1;
                 self.progress.row_scanned(file as usize, weight);
-                ledger.read(index);
-                match scanned {
+                let note = |reason: String, message: String, extra| RowNote {
+                    source: index,
+                    file,
+                    row,
+                    shown,
+                    reason,
+                    message,
+                    extra,
+                };
+                // The row's line first (while its message is at hand), then its record, which
+                // the ledger takes over.
+                let event = match scanned {
                     ScanRow::Rejected(reject) => {
-                        recorder.record(&RowEvent::Rejected(reject.reason))?;
-                        ledger.rejected(index, reject.reason);
-                        let note = RowNote {
-                            source: index,
-                            file,
-                            row,
-                            shown,
-                            reason: reject.reason.code().to_owned(),
-                            message: reject.message,
-                            extra: Vec::new(),
-                        };
-                        write_note(sinks.rejects, self.plan, &note, "rejects.jsonl")?;
+                        let code = reject.reason.code().to_owned();
+                        let n = note(code, reject.message, Vec::new());
+                        write_note(sinks.rejects, self.plan, &n, "rejects.jsonl")?;
+                        RowEvent::Rejected(reject.reason)
                     }
                     ScanRow::Filtered { filter, detail } => {
-                        let event = RowEvent::Filtered(filter);
-                        recorder.record(&event)?;
-                        let RowEvent::Filtered(filter) = event else {
-                            unreachable!()
-                        };
-                        ledger.filtered(index, &filter);
-                        let note = RowNote {
-                            source: index,
-                            file,
-                            row,
-                            shown,
-                            reason: filter,
-                            message: detail,
-                            extra: Vec::new(),
-                        };
-                        write_note(sinks.filtered, self.plan, &note, "filtered.jsonl")?;
+                        let n = note(filter.clone(), detail, Vec::new());
+                        write_note(sinks.filtered, self.plan, &n, "filtered.jsonl")?;
+                        RowEvent::Filtered(filter)
                     }
-                    ScanRow::Candidate(scanned) => {
-                        let event = RowEvent::Candidate {
-                            file,
-                            row,
-                            shown,
-                            scanned,
-                        };
-                        recorder.record(&event)?;
-                        let RowEvent::Candidate { scanned, .. } = event else {
-                            unreachable!()
-                        };
-                        let name = selection_name(&source.display_files[file as usize]);
-                        let at = (file, row, shown);
-                        if let Some(of) = ledger.candidate(index, at, name, scanned) {
-                            let (os, of_file, of_row) = ledger.position_of(of);
-                            let id = format!("{}:{of_file}:{of_row}", self.plan.sources[os].name);
-                            let note = RowNote {
-                                source: index,
-                                file,
-                                row,
-                                shown,
-                                reason: "deduplicated".to_owned(),
-                                message: String::new(),
-                                extra: vec![("duplicate_of", id)],
-                            };
-                            write_note(sinks.filtered, self.plan, &note, "filtered.jsonl")?;
-                        } else {
-                            candidates += 1;
-                        }
+                    ScanRow::Candidate(scanned) => RowEvent::Candidate {
+                        file,
+                        row,
+                        shown,
+                        scanned,
+                    },
+                };
+                recorder.record(&event)?;
+                match self.apply_scan(index, ledger, event)? {
+                    ScanOutcome::Candidate(Some(of)) => {
+                        let (os, of_file, of_row) = ledger.position_of(of);
+                        let id = format!("{}:{of_file}:{of_row}", self.plan.sources[os].name);
+                        let extra = vec![("duplicate_of", id)];
+                        let n = note("deduplicated".to_owned(), String::new(), extra);
+                        write_note(sinks.filtered, self.plan, &n, "filtered.jsonl")?;
                     }
+                    ScanOutcome::Candidate(None) => candidates += 1,
+                    ScanOutcome::Dropped => {}
                 }
             }
             self.progress.rows_done(read, candidates, 0);
@@ -456,6 +422,47 @@ impl Context<'_> {
         };
         self.pass(index, None, &work, &mut commit)?;
         out.finish_pass(recorder)
+    }
+
+    /// Hands the scan's record of a row to the ledger: the one place a scan pass changes it,
+    /// whether the pass runs or is replayed from the journal.
+    fn apply_scan(
+        &self,
+        index: usize,
+        ledger: &mut Ledger,
+        event: RowEvent,
+    ) -> Result<ScanOutcome, RunError> {
+        ledger.read(index);
+        Ok(match event {
+            RowEvent::Rejected(reason) => {
+                ledger.rejected(index, reason);
+                ScanOutcome::Dropped
+            }
+            RowEvent::Filtered(filter) => {
+                ledger.filtered(index, &filter);
+                ScanOutcome::Dropped
+            }
+            RowEvent::Candidate {
+                file,
+                row,
+                shown,
+                scanned,
+            } => {
+                let display = &self.plan.sources[index].display_files[file as usize];
+                let at = (file, row, shown);
+                ScanOutcome::Candidate(ledger.candidate(
+                    index,
+                    at,
+                    selection_name(display),
+                    scanned,
+                ))
+            }
+            RowEvent::Worked { .. } => {
+                return Err(RunError::Curate(
+                    "the build journal holds work in a scan pass; run with `--fresh`".to_owned(),
+                ))
+            }
+        })
     }
 
     /// Adapts, validates and curates one row (no rendering).
@@ -510,19 +517,7 @@ impl Context<'_> {
                 let rows = wanted.len() as u64;
                 self.progress.pass_started(index, Pass::Work { rows });
                 while let Some(event) = replay.next_event()? {
-                    let RowEvent::Worked {
-                        file,
-                        row,
-                        copy,
-                        work,
-                    } = event
-                    else {
-                        return Err(RunError::Curate(
-                            "the build journal holds scan records in a work pass; run with `--fresh`"
-                                .to_owned(),
-                        ));
-                    };
-                    ledger.worked(index, file, row, copy, work);
+                    apply_work(ledger, index, event)?;
                 }
                 self.progress.rows_done(rows, rows, 0);
                 return Ok(());
@@ -900,9 +895,24 @@ fn record_work(
         work,
     };
     recorder.record(&event)?;
-    if let RowEvent::Worked { work, .. } = event {
-        ledger.worked(index, file, row, copy, work);
-    }
+    apply_work(ledger, index, event)
+}
+
+/// Hands a work outcome to the ledger: the one place a work pass changes it, whether the pass
+/// runs or is replayed from the journal.
+fn apply_work(ledger: &mut Ledger, index: usize, event: RowEvent) -> Result<(), RunError> {
+    let RowEvent::Worked {
+        file,
+        row,
+        copy,
+        work,
+    } = event
+    else {
+        return Err(RunError::Curate(
+            "the build journal holds scan records in a work pass; run with `--fresh`".to_owned(),
+        ));
+    };
+    ledger.worked(index, file, row, copy, work);
     Ok(())
 }
 
