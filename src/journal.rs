@@ -7,8 +7,11 @@
 //! as `pass-NNNNNN.bin` (written as `.tmp`, synced, then renamed, so a file is whole or absent).
 //! A resumed build replays the recorded passes into a fresh ledger without reading their rows,
 //! cuts the side outputs back to where the last recorded pass left them, and runs on from the
-//! first pass not recorded: at most one pass over one source is done again, and the output is
-//! byte for byte the output of an uninterrupted build.
+//! first pass not recorded. A long pass also records a *segment* every
+//! [`Journal::segment_rows`] rows (its records so far and the files' lengths, synced, in the
+//! pass's `.tmp`): a build killed inside it replays those rows too and reads on after them. So at
+//! most one segment of rows is done again, and the output is byte for byte the output of an
+//! uninterrupted build.
 //!
 //! `key.json` holds what the recorded passes depend on ([`ResumeKey`]); a resume whose key
 //! differs is refused, naming what changed.
@@ -26,7 +29,11 @@ use std::io::{self, BufReader, BufWriter, Read, Write};
 use std::path::{Path, PathBuf};
 
 /// Version of the pass file format; a journal of another version is not resumed.
-const FORMAT: u32 = 1;
+const FORMAT: u32 = 2;
+
+/// Rows between two segments of a pass, unless the build says otherwise: a few seconds of work,
+/// and few enough syncs (each syncs every open spill bucket) to cost nothing measurable.
+pub const SEGMENT_ROWS: u64 = 100_000;
 
 /// The largest frame a journal holds (a row's record is a few hundred bytes; a rejected row's
 /// message is bounded by the row size).
@@ -97,6 +104,11 @@ enum Frame {
         events: u64,
         positions: Positions,
     },
+    Segment {
+        events: u64,
+        rows: u64,
+        positions: Positions,
+    },
 }
 
 /// A frame as written: [`Frame`] with borrowed contents (the same variants in the same order,
@@ -112,6 +124,11 @@ enum FrameOut<'a> {
     Event(&'a RowEvent),
     End {
         events: u64,
+        positions: &'a Positions,
+    },
+    Segment {
+        events: u64,
+        rows: u64,
         positions: &'a Positions,
     },
 }
@@ -210,12 +227,31 @@ pub struct Journal {
     recorded: usize,
     /// The next pass the build runs.
     next: usize,
+    /// The pass after the recorded ones, when a segment of it is recorded.
+    partial: Option<Partial>,
+    segment_rows: u64,
 }
 
-/// How a pass runs: from its record, or for real (and recorded).
+/// A pass cut short after a recorded segment.
+#[derive(Debug)]
+struct Partial {
+    path: PathBuf,
+    /// Events and input rows of the pass up to the segment, and where the files stood.
+    events: u64,
+    rows: u64,
+    positions: Positions,
+}
+
+/// How a pass runs: from its record, for real (and recorded), or from its recorded segments
+/// on (their events replayed, then its input read on after their `rows` rows).
 pub enum PassMode {
     Replay(Replay),
     Record(Recorder),
+    Resume {
+        replay: Replay,
+        recorder: Recorder,
+        rows: u64,
+    },
 }
 
 impl Journal {
@@ -225,6 +261,8 @@ impl Journal {
             dir: None,
             recorded: 0,
             next: 0,
+            partial: None,
+            segment_rows: u64::MAX,
         }
     }
 
@@ -233,13 +271,14 @@ impl Journal {
     /// Opens the journal in `dir` (created if missing) for a build whose key is `key`: the
     /// caller has checked that a journal already there has this key. Unfinished pass files
     /// are removed.
-    pub fn open(dir: &Path, key: &ResumeKey) -> Result<Journal, JournalError> {
+    pub fn open(dir: &Path, key: &ResumeKey, segment_rows: u64) -> Result<Journal, JournalError> {
         let write_err = |e| JournalError::Write(dir.to_owned(), e);
         fs::create_dir_all(dir).map_err(write_err)?;
         let mut recorded = 0;
         while dir.join(pass_name(recorded, "bin")).is_file() {
             recorded += 1;
         }
+        let partial = Partial::find(&dir.join(pass_name(recorded, "tmp")), recorded)?;
         for entry in fs::read_dir(dir).map_err(write_err)? {
             let path = entry.map_err(write_err)?.path();
             let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
@@ -247,8 +286,10 @@ impl Journal {
                 .strip_prefix("pass-")
                 .and_then(|n| n.split_once('.'))
                 .and_then(|(n, _)| n.parse::<usize>().ok());
-            // A pass file after a gap cannot be replayed (nor can a `.tmp`): it goes.
-            if numbered.is_some_and(|n| n >= recorded) || name.ends_with(".tmp") {
+            // A pass file after a gap cannot be replayed (nor can a `.tmp` without a segment):
+            // it goes.
+            let kept = partial.as_ref().is_some_and(|p| p.path == path);
+            if !kept && (numbered.is_some_and(|n| n >= recorded) || name.ends_with(".tmp")) {
                 fs::remove_file(&path).map_err(|e| JournalError::Write(path.clone(), e))?;
             }
         }
@@ -263,7 +304,14 @@ impl Journal {
             dir: Some(dir.to_owned()),
             recorded,
             next: 0,
+            partial,
+            segment_rows: segment_rows.max(1),
         })
+    }
+
+    /// Rows between two segments of a pass.
+    pub fn segment_rows(&self) -> u64 {
+        self.segment_rows
     }
 
     /// The key of a journal in `dir`, if one is there (and readable).
@@ -277,9 +325,14 @@ impl Journal {
         self.recorded
     }
 
-    /// Whether the pass about to run is replayed from its record.
+    /// Rows of the pass after them recorded in segments.
+    pub fn recorded_rows(&self) -> u64 {
+        self.partial.as_ref().map_or(0, |p| p.rows)
+    }
+
+    /// Whether the pass about to run has a record (whole or in segments).
     pub fn replaying(&self) -> bool {
-        self.next < self.recorded
+        self.next < self.recorded || (self.next == self.recorded && self.partial.is_some())
     }
 
     /// Where the side outputs stood at the end of the last recorded pass (`None`: nothing
@@ -288,6 +341,9 @@ impl Journal {
         let Some(dir) = &self.dir else {
             return Ok(None);
         };
+        if let Some(partial) = &self.partial {
+            return Ok(Some(partial.positions.clone()));
+        }
         if self.recorded == 0 {
             return Ok(None);
         }
@@ -297,7 +353,7 @@ impl Journal {
         loop {
             match reader.frame()? {
                 Frame::End { positions, .. } => return Ok(Some(positions)),
-                Frame::Event(_) => {}
+                Frame::Event(_) | Frame::Segment { .. } => {}
                 Frame::Header { .. } if headers == 0 => headers += 1,
                 Frame::Header { .. } => return Err(reader.damaged("a second header")),
             }
@@ -311,8 +367,16 @@ impl Journal {
         let Some(dir) = &self.dir else {
             return Ok(PassMode::Record(Recorder::inactive()));
         };
-        if pass < self.recorded {
-            let path = dir.join(pass_name(pass, "bin"));
+        let partial = if pass == self.recorded {
+            self.partial.take()
+        } else {
+            None
+        };
+        if pass < self.recorded || partial.is_some() {
+            let path = match &partial {
+                Some(p) => p.path.clone(),
+                None => dir.join(pass_name(pass, "bin")),
+            };
             let mut replay = Replay::open(&path)?;
             match replay.frame()? {
                 Frame::Header {
@@ -327,7 +391,27 @@ impl Journal {
                     )))
                 }
             }
-            return Ok(PassMode::Replay(replay));
+            let Some(partial) = partial else {
+                return Ok(PassMode::Replay(replay));
+            };
+            replay.limit = Some(partial.events);
+            let err = |e| JournalError::Write(partial.path.clone(), e);
+            let file = fs::OpenOptions::new()
+                .append(true)
+                .open(&partial.path)
+                .map_err(err)?;
+            let recorder = Recorder {
+                writer: Some(BufWriter::with_capacity(1 << 20, file)),
+                tmp: partial.path.clone(),
+                path: dir.join(pass_name(pass, "bin")),
+                dir: dir.clone(),
+                events: partial.events,
+            };
+            return Ok(PassMode::Resume {
+                replay,
+                recorder,
+                rows: partial.rows,
+            });
         }
         let tmp = dir.join(pass_name(pass, "tmp"));
         let file = File::create(&tmp).map_err(|e| JournalError::Write(tmp.clone(), e))?;
@@ -345,6 +429,52 @@ impl Journal {
             source: source as u32,
         })?;
         Ok(PassMode::Record(recorder))
+    }
+}
+
+impl Partial {
+    /// The recorded segments of the pass cut short at `path` (the `.tmp` of pass `pass`): the
+    /// file is cut back to its last whole segment; `None` when it has none (or is not there).
+    fn find(path: &Path, pass: usize) -> Result<Option<Partial>, JournalError> {
+        if !path.is_file() {
+            return Ok(None);
+        }
+        let mut replay = Replay::open(path)?;
+        match replay.frame() {
+            Ok(Frame::Header {
+                format: FORMAT,
+                pass: p,
+                ..
+            }) if p as usize == pass => {}
+            _ => return Ok(None),
+        }
+        let mut offset = replay.consumed();
+        let mut last = None;
+        // Frames after the last segment may be torn (the kill came while they were written).
+        while let Ok(frame) = replay.frame() {
+            if let Frame::Segment {
+                events,
+                rows,
+                positions,
+            } = frame
+            {
+                offset = replay.consumed();
+                last = Some((events, rows, positions));
+            }
+        }
+        let Some((events, rows, positions)) = last else {
+            return Ok(None);
+        };
+        let err = |e| JournalError::Write(path.to_owned(), e);
+        let file = fs::OpenOptions::new().write(true).open(path).map_err(err)?;
+        file.set_len(offset).map_err(err)?;
+        file.sync_all().map_err(err)?;
+        Ok(Some(Partial {
+            path: path.to_owned(),
+            events,
+            rows,
+            positions,
+        }))
     }
 }
 
@@ -406,6 +536,26 @@ impl Recorder {
             .map_err(err)
     }
 
+    /// Records a segment: the pass's first `rows` input rows are done, and the files stand at
+    /// `positions` (taken after they were synced). Synced before it returns.
+    pub fn segment(&mut self, rows: u64, positions: Positions) -> Result<(), JournalError> {
+        if self.writer.is_none() {
+            return Ok(());
+        }
+        let events = self.events;
+        self.frame(&FrameOut::Segment {
+            events,
+            rows,
+            positions: &positions,
+        })?;
+        let err = |e| JournalError::Write(self.tmp.clone(), e);
+        let Some(w) = self.writer.as_mut() else {
+            return Ok(());
+        };
+        w.flush().map_err(err)?;
+        w.get_ref().sync_data().map_err(err)
+    }
+
     /// Ends the pass: `positions` (taken after the side outputs were synced) close the file,
     /// which is synced and renamed into place.
     pub fn finish(mut self, positions: Positions) -> Result<(), JournalError> {
@@ -436,6 +586,10 @@ pub struct Replay {
     reader: BufReader<File>,
     path: PathBuf,
     events: u64,
+    /// For a pass cut short: the events of its recorded segments.
+    limit: Option<u64>,
+    /// Bytes of the frames read so far.
+    offset: u64,
     buffer: Vec<u8>,
 }
 
@@ -447,12 +601,19 @@ impl Replay {
             reader: BufReader::with_capacity(1 << 20, file),
             path: path.to_owned(),
             events: 0,
+            limit: None,
+            offset: 0,
             buffer: Vec::new(),
         })
     }
 
     fn damaged(&self, what: &str) -> JournalError {
         JournalError::Damaged(self.path.clone(), what.to_owned())
+    }
+
+    /// Bytes of the file read so far (frames read whole).
+    fn consumed(&self) -> u64 {
+        self.offset
     }
 
     fn frame(&mut self) -> Result<Frame, JournalError> {
@@ -468,16 +629,22 @@ impl Replay {
         self.reader
             .read_exact(&mut self.buffer)
             .map_err(|e| JournalError::Damaged(self.path.clone(), format!("cut short: {e}")))?;
-        postcard::from_bytes(&self.buffer).map_err(|e| self.damaged(&e.to_string()))
+        let frame = postcard::from_bytes(&self.buffer).map_err(|e| self.damaged(&e.to_string()))?;
+        self.offset += 4 + u64::from(len);
+        Ok(frame)
     }
 
     /// The next event of the pass, `None` at its end.
     pub fn next_event(&mut self) -> Result<Option<RowEvent>, JournalError> {
+        if self.limit.is_some_and(|limit| self.events >= limit) {
+            return Ok(None);
+        }
         match self.frame()? {
             Frame::Event(event) => {
                 self.events += 1;
                 Ok(Some(event))
             }
+            Frame::Segment { .. } => self.next_event(),
             Frame::End { events, .. } if events == self.events => Ok(None),
             Frame::End { events, .. } => {
                 Err(self.damaged(&format!("{events} events announced, {} read", self.events)))
@@ -511,7 +678,7 @@ mod tests {
     #[test]
     fn a_recorded_pass_replays_its_events_and_positions() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let mut journal = Journal::open(dir.path(), &key()).expect("open");
+        let mut journal = Journal::open(dir.path(), &key(), SEGMENT_ROWS).expect("open");
         let PassMode::Record(mut r) = journal.begin(PassKind::Scan, 0).expect("begin") else {
             panic!("a new journal replays")
         };
@@ -543,7 +710,7 @@ mod tests {
         .expect("record");
         drop(r);
 
-        let mut journal = Journal::open(dir.path(), &key()).expect("reopen");
+        let mut journal = Journal::open(dir.path(), &key(), SEGMENT_ROWS).expect("reopen");
         assert_eq!(journal.recorded(), 1);
         assert_eq!(journal.positions().expect("positions"), Some(positions));
         assert!(!dir.path().join("pass-000001.tmp").exists());
@@ -561,7 +728,7 @@ mod tests {
         ));
         assert!(replay.next_event().expect("end").is_none());
         assert!(!journal.replaying());
-        let mut other = Journal::open(dir.path(), &key()).expect("reopen");
+        let mut other = Journal::open(dir.path(), &key(), SEGMENT_ROWS).expect("reopen");
         let err = match other.begin(PassKind::Work, 0) {
             Err(e) => e.to_string(),
             Ok(_) => panic!("a scan record replayed as work"),
@@ -570,6 +737,68 @@ mod tests {
             err.contains("pass-000000.bin` is damaged (it records Header"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn a_pass_cut_short_resumes_after_its_last_whole_segment() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut journal = Journal::open(dir.path(), &key(), 2).expect("open");
+        let PassMode::Record(mut r) = journal.begin(PassKind::Scan, 0).expect("begin") else {
+            panic!("a new journal replays")
+        };
+        let at = |n| Positions {
+            rejects: n,
+            ..Positions::default()
+        };
+        for i in 0..5u64 {
+            r.record(&RowEvent::Filtered(format!("f{i}")))
+                .expect("record");
+            if i == 1 || i == 3 {
+                r.segment(i + 1, at(i + 1)).expect("segment");
+            }
+        }
+        // Killed: the fifth event and whatever was buffered never became a segment; a torn
+        // frame at the end is dropped too.
+        drop(r);
+        let tmp = dir.path().join("pass-000000.tmp");
+        let mut f = fs::OpenOptions::new().append(true).open(&tmp).expect("tmp");
+        f.write_all(&[200, 0, 0, 0, 1, 2]).expect("torn frame");
+        drop(f);
+        let mut journal = Journal::open(dir.path(), &key(), 2).expect("reopen");
+        assert_eq!(journal.recorded(), 0);
+        assert_eq!(journal.recorded_rows(), 4);
+        assert!(journal.replaying());
+        assert_eq!(journal.positions().expect("positions"), Some(at(4)));
+        let PassMode::Resume {
+            mut replay,
+            mut recorder,
+            rows,
+        } = journal.begin(PassKind::Scan, 0).expect("begin")
+        else {
+            panic!("not resumed")
+        };
+        assert_eq!(rows, 4);
+        let mut seen = Vec::new();
+        while let Some(RowEvent::Filtered(f)) = replay.next_event().expect("event") {
+            seen.push(f);
+        }
+        assert_eq!(seen, ["f0", "f1", "f2", "f3"]);
+        // Goes on recording where the segment ended, and the finished pass replays whole.
+        recorder
+            .record(&RowEvent::Filtered("f4".into()))
+            .expect("record");
+        recorder.finish(at(5)).expect("finish");
+        let mut journal = Journal::open(dir.path(), &key(), 2).expect("reopen");
+        assert_eq!(journal.recorded(), 1);
+        assert_eq!(journal.positions().expect("positions"), Some(at(5)));
+        let PassMode::Replay(mut replay) = journal.begin(PassKind::Scan, 0).expect("begin") else {
+            panic!("not replayed")
+        };
+        let mut seen = Vec::new();
+        while let Some(RowEvent::Filtered(f)) = replay.next_event().expect("event") {
+            seen.push(f);
+        }
+        assert_eq!(seen, ["f0", "f1", "f2", "f3", "f4"]);
     }
 
     #[test]

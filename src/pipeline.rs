@@ -17,7 +17,9 @@ use crate::curate::ledger::{
 };
 use crate::curate::row::Curator;
 use crate::curate::select::AllocError;
-use crate::journal::{Journal, JournalError, PassKind, PassMode, Positions, Recorder, RowEvent};
+use crate::journal::{
+    Journal, JournalError, PassKind, PassMode, Positions, Recorder, Replay, RowEvent,
+};
 use crate::plan::Plan;
 use crate::process::{Outcome, RowProcessor, SpotChecks, Tokenized};
 use crate::read::{read_files_with, RawRow, ReadError, Record};
@@ -290,18 +292,39 @@ impl Out<'_, '_> {
         if !recorder.active() {
             return Ok(());
         }
+        let positions = self.sync()?;
+        Ok(recorder.finish(positions)?)
+    }
+
+    /// Records a segment of the running pass once `rows` (its input rows committed) is a
+    /// segment past the last one.
+    fn segment(
+        &mut self,
+        recorder: &mut Recorder,
+        rows: u64,
+        last: &mut u64,
+    ) -> Result<(), RunError> {
+        if !recorder.active() || rows - *last < self.journal.segment_rows() {
+            return Ok(());
+        }
+        *last = rows;
+        let positions = self.sync()?;
+        Ok(recorder.segment(rows, positions)?)
+    }
+
+    /// Syncs every side output; says where they stand.
+    fn sync(&mut self) -> Result<Positions, RunError> {
         let sync = |name: &str, w: &mut dyn SideOutput| {
             w.sync_point()
                 .map_err(|e| RunError::SideOutput(name.to_owned(), e))
         };
-        let positions = Positions {
+        Ok(Positions {
             rejects: sync("rejects.jsonl", self.sinks.rejects)?,
             filtered: sync("filtered.jsonl", self.sinks.filtered)?,
             conversations: sync("conversations.jsonl", self.sinks.conversations)?,
             sequence: self.sequence,
             spill: self.sinks.spill.sync_point()?,
-        };
-        Ok(recorder.finish(positions)?)
+        })
     }
 }
 
@@ -339,23 +362,31 @@ struct WorkDone {
 impl Context<'_> {
     fn scan(&self, index: usize, ledger: &mut Ledger, out: &mut Out) -> Result<(), RunError> {
         self.progress.pass_started(index, Pass::Scan);
-        let mut recorder = match out.journal.begin(PassKind::Scan, index)? {
-            PassMode::Record(recorder) => recorder,
-            PassMode::Replay(mut replay) => {
-                // Shown as a pass done at once, so that the progress stays whole.
-                let (mut read, mut candidates) = (0u64, 0u64);
-                while let Some(event) = replay.next_event()? {
-                    read += 1;
-                    if let ScanOutcome::Candidate(None) = self.apply_scan(index, ledger, event)? {
-                        candidates += 1;
-                    }
+        let (mut read, mut candidates) = (0u64, 0u64);
+        // A recorded pass (or its recorded segments) is replayed, shown as rows done at once.
+        let mut replay_all = |mut replay: Replay, ledger: &mut Ledger| {
+            while let Some(event) = replay.next_event()? {
+                read += 1;
+                if let ScanOutcome::Candidate(None) = self.apply_scan(index, ledger, event)? {
+                    candidates += 1;
                 }
-                self.progress.rows_done(read, candidates, 0);
-                return Ok(());
+            }
+            self.progress.rows_done(read, candidates, 0);
+            Ok::<_, RunError>(())
+        };
+        let (mut recorder, skip) = match out.journal.begin(PassKind::Scan, index)? {
+            PassMode::Record(recorder) => (recorder, 0),
+            PassMode::Replay(replay) => return replay_all(replay, ledger),
+            PassMode::Resume {
+                replay,
+                recorder,
+                rows,
+            } => {
+                replay_all(replay, ledger)?;
+                (recorder, rows)
             }
         };
-        let sinks = &mut *out.sinks;
-        let (mut read, mut candidates) = (0u64, 0u64);
+        let mut last_segment = skip;
         // (file, row, shown row, weight for progress, what the scan found)
         type ScanResult = (u32, u64, u64, u64, ScanRow);
         let work = |batch: Vec<RawRow>| -> Vec<ScanResult> {
@@ -372,6 +403,8 @@ impl Context<'_> {
         };
         let mut commit = |rows: Vec<ScanResult>| -> Result<(), RunError> {
             for (file, row, shown, weight, scanned) in rows {
+                // Before the row: a segment ends between two rows, never inside one.
+                out.segment(&mut recorder, read, &mut last_segment)?;
                 read += 1;
                 self.progress.row_scanned(file as usize, weight);
                 let note = |reason: String, message: String, extra| RowNote {
@@ -389,12 +422,12 @@ impl Context<'_> {
                     ScanRow::Rejected(reject) => {
                         let code = reject.reason.code().to_owned();
                         let n = note(code, reject.message, Vec::new());
-                        write_note(sinks.rejects, self.plan, &n, "rejects.jsonl")?;
+                        write_note(out.sinks.rejects, self.plan, &n, "rejects.jsonl")?;
                         RowEvent::Rejected(reject.reason)
                     }
                     ScanRow::Filtered { filter, detail } => {
                         let n = note(filter.clone(), detail, Vec::new());
-                        write_note(sinks.filtered, self.plan, &n, "filtered.jsonl")?;
+                        write_note(out.sinks.filtered, self.plan, &n, "filtered.jsonl")?;
                         RowEvent::Filtered(filter)
                     }
                     ScanRow::Candidate(scanned) => RowEvent::Candidate {
@@ -405,6 +438,7 @@ impl Context<'_> {
                     },
                 };
                 recorder.record(&event)?;
+                let sinks = &mut *out.sinks;
                 match self.apply_scan(index, ledger, event)? {
                     ScanOutcome::Candidate(Some(of)) => {
                         let (os, of_file, of_row) = ledger.position_of(of);
@@ -418,9 +452,9 @@ impl Context<'_> {
                 }
             }
             self.progress.rows_done(read, candidates, 0);
-            Ok(())
+            out.segment(&mut recorder, read, &mut last_segment)
         };
-        self.pass(index, None, &work, &mut commit)?;
+        self.pass(index, None, skip, &work, &mut commit)?;
         out.finish_pass(recorder)
     }
 
@@ -511,29 +545,41 @@ impl Context<'_> {
         if wanted.is_empty() {
             return Ok(());
         }
-        let mut recorder = match out.journal.begin(PassKind::Work, index)? {
-            PassMode::Record(recorder) => recorder,
-            PassMode::Replay(mut replay) => {
-                let rows = wanted.len() as u64;
-                self.progress.pass_started(index, Pass::Work { rows });
-                while let Some(event) = replay.next_event()? {
-                    apply_work(ledger, index, event)?;
-                }
-                self.progress.rows_done(rows, rows, 0);
+        let queued = wanted.len() as u64;
+        self.progress
+            .pass_started(index, Pass::Work { rows: queued });
+        let replay_all = |mut replay: Replay, ledger: &mut Ledger| {
+            while let Some(event) = replay.next_event()? {
+                apply_work(ledger, index, event)?;
+            }
+            Ok::<_, RunError>(())
+        };
+        let (mut recorder, skip) = match out.journal.begin(PassKind::Work, index)? {
+            PassMode::Record(recorder) => (recorder, 0),
+            PassMode::Replay(replay) => {
+                replay_all(replay, ledger)?;
+                self.progress.rows_done(queued, queued, 0);
                 return Ok(());
             }
+            PassMode::Resume {
+                replay,
+                recorder,
+                rows,
+            } => {
+                replay_all(replay, ledger)?;
+                (recorder, rows)
+            }
         };
+        // The rows the recorded segments did are not read again: the pass goes on after them.
+        let wanted = &wanted[distinct_prefix(wanted, skip)..];
         let source = &self.plan.sources[index];
-        self.progress.pass_started(
-            index,
-            Pass::Work {
-                rows: wanted.len() as u64,
-            },
-        );
-        let (mut done, mut tokens) = (0u64, 0u64);
+        let (mut rows_in, mut last_segment) = (skip, skip);
+        let (mut done, mut tokens) = (queued - wanted.len() as u64, 0u64);
         let work = |batch: Vec<RawRow>| self.work_batch(index, batch);
         let mut commit = |rows: Vec<WorkRow>| -> Result<(), RunError> {
             for r in rows {
+                out.segment(&mut recorder, rows_in, &mut last_segment)?;
+                rows_in += 1;
                 let at = || format!("`{}` row {}", source.display_files[r.file as usize], r.row);
                 let done_row = r
                     .result
@@ -585,9 +631,9 @@ impl Context<'_> {
                 record_work(&mut recorder, ledger, index, (r.file, r.row, 0), work)?;
             }
             self.progress.rows_done(done, done, tokens);
-            Ok(())
+            out.segment(&mut recorder, rows_in, &mut last_segment)
         };
-        self.pass(index, Some(wanted), &work, &mut commit)?;
+        self.pass(index, Some(wanted), 0, &work, &mut commit)?;
         out.finish_pass(recorder)
     }
 
@@ -741,6 +787,7 @@ impl Context<'_> {
         &self,
         index: usize,
         wanted: Option<&[Wanted]>,
+        skip: u64,
         work: &(dyn Fn(Vec<RawRow>) -> Vec<T> + Sync),
         commit: &mut dyn FnMut(Vec<T>) -> Result<(), RunError>,
     ) -> Result<(), RunError> {
@@ -765,7 +812,13 @@ impl Context<'_> {
                         credits.recv().is_ok() && reader_tx.send(Event::Batch(batch)).is_ok()
                     };
                     let mut open = true;
+                    // Rows a recorded segment did (the reader's first `skip` rows).
+                    let mut skipped = 0u64;
                     let result = read_files_with(files, read_options, &mut |row| {
+                        if skipped < skip {
+                            skipped += 1;
+                            return open;
+                        }
                         if let Some(wanted) = wanted {
                             // A blank line is no record (it shares the next record's index).
                             if matches!(row.record, Record::Blank)
@@ -861,6 +914,21 @@ fn selection_name(display: &str) -> &str {
         .file_name()
         .and_then(|n| n.to_str())
         .unwrap_or(display)
+}
+
+/// How many entries of `wanted` (sorted, copies of a row together) the first `rows` distinct
+/// rows take.
+fn distinct_prefix(wanted: &[Wanted], rows: u64) -> usize {
+    let mut seen = 0u64;
+    let mut at = 0;
+    while at < wanted.len() && seen < rows {
+        let (file, row) = (wanted[at].file, wanted[at].row);
+        while at < wanted.len() && (wanted[at].file, wanted[at].row) == (file, row) {
+            at += 1;
+        }
+        seen += 1;
+    }
+    at
 }
 
 fn is_wanted(wanted: &[Wanted], file: u32, row: u64) -> bool {

@@ -154,6 +154,58 @@ fn a_build_with_repeats_killed_after_its_last_passes_resumes_to_the_same_bytes()
 }
 
 #[test]
+fn a_build_killed_inside_a_pass_goes_on_after_its_last_segment() {
+    let mix = "mix: {target: rows, total: 220}";
+    let reference = tempfile::tempdir().expect("tempdir");
+    let p = project(reference.path(), mix);
+    let out = build(&p).output().expect("build");
+    assert!(out.status.success(), "{}", stderr(&out));
+    let expected = snapshot(&reference.path().join("out"));
+    // Pass 0 scans `chat` (155 rows), pass 4 is its first work pass; a segment every 16 rows.
+    for pass in [0, 4] {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let p = project(tmp.path(), mix);
+        let mut child = build(&p)
+            .env("CHATSHARDS_CHECKPOINT_ROWS", "16")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn");
+        // The pass's `.tmp` reaches the disk at its first segment (until then it is buffered).
+        let partial = journal(&p).join(format!("pass-{pass:06}.tmp"));
+        let started = Instant::now();
+        while std::fs::metadata(&partial).map_or(true, |m| m.len() == 0) {
+            assert!(started.elapsed() < DEADLINE, "no segment of pass {pass}");
+            assert!(child.try_wait().expect("wait").is_none(), "ended first");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        child.kill().expect("SIGKILL");
+        let _ = child.wait();
+        let out = build(&p)
+            .env("CHATSHARDS_CHECKPOINT_ROWS", "16")
+            .output()
+            .expect("resume");
+        assert!(out.status.success(), "{}", stderr(&out));
+        let said = stderr(&out);
+        let rows: u64 = said
+            .split(&format!("{pass} pass(es) and "))
+            .nth(1)
+            .and_then(|rest| rest.split(' ').next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("{said}"));
+        assert!(
+            rows >= 16 && rows.is_multiple_of(16),
+            "{rows} rows replayed: {said}"
+        );
+        assert_eq!(
+            snapshot(&tmp.path().join("out")),
+            expected,
+            "resumed inside pass {pass}"
+        );
+    }
+}
+
+#[test]
 fn a_resume_of_changed_inputs_is_refused_naming_them_and_fresh_starts_over() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let p = project(tmp.path(), "mix: {target: rows, total: 220}");

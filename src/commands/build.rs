@@ -82,13 +82,15 @@ fn build(
     let output = write::output::Output::prepare(out, &placement(plan), resume)?;
     let staging = output.staging().to_owned();
     let work_dir = output.work_dir();
-    let mut journal = Journal::open(&work_dir.join(write::output::JOURNAL), &key)?;
+    let journal_dir = work_dir.join(write::output::JOURNAL);
+    let mut journal = Journal::open(&journal_dir, &key, segment_rows()?)?;
     let restored = journal.positions()?;
     if restored.is_some() {
         printer.info(&format!(
-            "resuming the interrupted build in `{}`: {} pass(es) are recorded and replayed",
+            "resuming the interrupted build in `{}`: {} pass(es) and {} row(s) of the next are recorded and replayed",
             staging.display(),
-            journal.recorded()
+            journal.recorded(),
+            journal.recorded_rows()
         ));
     }
     for note in &plan.notes {
@@ -115,6 +117,11 @@ fn build(
     // Hundreds of MB for a large build, never read back: written around the page cache.
     let path = work_dir.join(write::output::CONVERSATIONS);
     let resumed = |p: &Path| format!("failed to resume `{}`", p.display());
+    if restored.is_none() && spill_dir.exists() {
+        // Nothing recorded to go on from: what an interrupted build spilled goes.
+        fs::remove_dir_all(&spill_dir)
+            .with_context(|| format!("failed to remove `{}`", spill_dir.display()))?;
+    }
     let (mut spill, mut rejects, mut filtered, mut conversations) = match &restored {
         None => (
             Spill::new(&spill_dir, plan.shuffle)?,
@@ -282,6 +289,19 @@ fn build(
         });
     }
     Ok(())
+}
+
+/// Rows between two checkpoints inside a pass: `CHATSHARDS_CHECKPOINT_ROWS`, else
+/// [`crate::journal::SEGMENT_ROWS`].
+fn segment_rows() -> Result<u64> {
+    const VARIABLE: &str = "CHATSHARDS_CHECKPOINT_ROWS";
+    match std::env::var(VARIABLE) {
+        Err(_) => Ok(crate::journal::SEGMENT_ROWS),
+        Ok(v) => match v.trim().parse::<u64>() {
+            Ok(n) if n > 0 => Ok(n),
+            _ => bail!("`{VARIABLE}` must be a whole number of rows, at least 1 (it is `{v}`)"),
+        },
+    }
 }
 
 /// What an interrupted build must share with this one to be gone on from.

@@ -635,13 +635,12 @@ fn lock(dir: &Path) -> Result<fs::File> {
     Ok(file)
 }
 
-/// Whether an interrupted build in `staging` recorded a pass (so that it can go on).
+/// Whether an interrupted build in `staging` recorded a pass or a segment of its first pass
+/// (so that it can go on). A pass's `.tmp` reaches the disk at its first segment.
 fn has_recorded_pass(staging: &Path) -> bool {
-    staging
-        .join(WORK_DIR)
-        .join(JOURNAL)
-        .join("pass-000000.bin")
-        .is_file()
+    let journal = staging.join(WORK_DIR).join(JOURNAL);
+    journal.join("pass-000000.bin").is_file()
+        || fs::metadata(journal.join("pass-000000.tmp")).is_ok_and(|m| m.len() > 0)
 }
 
 /// Removes the working files a finished build moved aside (`DIR.work-done`), checking that
