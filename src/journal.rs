@@ -360,6 +360,38 @@ impl Journal {
         }
     }
 
+    /// Starts the next pass, a `kind` pass over source `source`: whatever of it is recorded
+    /// goes to `apply`, event by event. `None` when the pass is recorded whole (it is done);
+    /// else its recorder and how many of its input rows are done (recorded segments).
+    pub fn start<E: From<JournalError>>(
+        &mut self,
+        kind: PassKind,
+        source: usize,
+        apply: &mut dyn FnMut(RowEvent) -> Result<(), E>,
+    ) -> Result<Option<(Recorder, u64)>, E> {
+        let mut replay_all = |mut replay: Replay| -> Result<(), E> {
+            while let Some(event) = replay.next_event()? {
+                apply(event)?;
+            }
+            Ok(())
+        };
+        Ok(match self.begin(kind, source)? {
+            PassMode::Record(recorder) => Some((recorder, 0)),
+            PassMode::Replay(replay) => {
+                replay_all(replay)?;
+                None
+            }
+            PassMode::Resume {
+                replay,
+                recorder,
+                rows,
+            } => {
+                replay_all(replay)?;
+                Some((recorder, rows))
+            }
+        })
+    }
+
     /// Starts the next pass, a `kind` pass over source `source`.
     pub fn begin(&mut self, kind: PassKind, source: usize) -> Result<PassMode, JournalError> {
         let pass = self.next;

@@ -17,9 +17,7 @@ use crate::curate::ledger::{
 };
 use crate::curate::row::Curator;
 use crate::curate::select::AllocError;
-use crate::journal::{
-    Journal, JournalError, PassKind, PassMode, Positions, Recorder, Replay, RowEvent,
-};
+use crate::journal::{Journal, JournalError, PassKind, Positions, Recorder, RowEvent};
 use crate::plan::Plan;
 use crate::process::{Outcome, RowProcessor, SpotChecks, Tokenized};
 use crate::read::{read_files_with, RawRow, ReadError, Record};
@@ -363,28 +361,17 @@ impl Context<'_> {
     fn scan(&self, index: usize, ledger: &mut Ledger, out: &mut Out) -> Result<(), RunError> {
         self.progress.pass_started(index, Pass::Scan);
         let (mut read, mut candidates) = (0u64, 0u64);
-        // A recorded pass (or its recorded segments) is replayed, shown as rows done at once.
-        let mut replay_all = |mut replay: Replay, ledger: &mut Ledger| {
-            while let Some(event) = replay.next_event()? {
-                read += 1;
-                if let ScanOutcome::Candidate(None) = self.apply_scan(index, ledger, event)? {
-                    candidates += 1;
-                }
+        // What is recorded of the pass is replayed, shown as rows done at once.
+        let started = out.journal.start(PassKind::Scan, index, &mut |event| {
+            read += 1;
+            if let ScanOutcome::Candidate(None) = self.apply_scan(index, ledger, event)? {
+                candidates += 1;
             }
-            self.progress.rows_done(read, candidates, 0);
             Ok::<_, RunError>(())
-        };
-        let (mut recorder, skip) = match out.journal.begin(PassKind::Scan, index)? {
-            PassMode::Record(recorder) => (recorder, 0),
-            PassMode::Replay(replay) => return replay_all(replay, ledger),
-            PassMode::Resume {
-                replay,
-                recorder,
-                rows,
-            } => {
-                replay_all(replay, ledger)?;
-                (recorder, rows)
-            }
+        })?;
+        self.progress.rows_done(read, candidates, 0);
+        let Some((mut recorder, skip)) = started else {
+            return Ok(());
         };
         let mut last_segment = skip;
         // (file, row, shown row, weight for progress, what the scan found)
@@ -548,27 +535,12 @@ impl Context<'_> {
         let queued = wanted.len() as u64;
         self.progress
             .pass_started(index, Pass::Work { rows: queued });
-        let replay_all = |mut replay: Replay, ledger: &mut Ledger| {
-            while let Some(event) = replay.next_event()? {
-                apply_work(ledger, index, event)?;
-            }
-            Ok::<_, RunError>(())
-        };
-        let (mut recorder, skip) = match out.journal.begin(PassKind::Work, index)? {
-            PassMode::Record(recorder) => (recorder, 0),
-            PassMode::Replay(replay) => {
-                replay_all(replay, ledger)?;
-                self.progress.rows_done(queued, queued, 0);
-                return Ok(());
-            }
-            PassMode::Resume {
-                replay,
-                recorder,
-                rows,
-            } => {
-                replay_all(replay, ledger)?;
-                (recorder, rows)
-            }
+        let started = out.journal.start(PassKind::Work, index, &mut |event| {
+            apply_work(ledger, index, event)
+        })?;
+        let Some((mut recorder, skip)) = started else {
+            self.progress.rows_done(queued, queued, 0);
+            return Ok(());
         };
         // The rows the recorded segments did are not read again: the pass goes on after them.
         let wanted = &wanted[distinct_prefix(wanted, skip)..];

@@ -1,22 +1,13 @@
 //! `chatshards check`: the preflight on the demo pipeline, on pipelines with mistakes, and on
 //! generated JSON lines files large enough that reading them whole would show.
 
+mod common;
+use common::{bin, root, ROOT};
+
 use serde_json::Value;
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
-
-const ROOT: &str = env!("CARGO_MANIFEST_DIR");
-
-fn bin() -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_chatshards"));
-    c.env("CHATSHARDS_NO_PROGRESS", "1");
-    c
-}
-
-fn root(p: &str) -> String {
-    Path::new(ROOT).join(p).display().to_string()
-}
+use std::process::Output;
 
 /// A pipeline in `dir` with the shipped tokenizer and template and `body` appended.
 fn pipeline(dir: &Path, body: &str) -> PathBuf {

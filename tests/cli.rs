@@ -1,20 +1,11 @@
 //! End-to-end tests of the `chatshards` binary on the demo fixtures.
 
+mod common;
+use common::{bin, root, ROOT};
+
 use serde_json::Value;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
-
-const ROOT: &str = env!("CARGO_MANIFEST_DIR");
-
-fn bin() -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_chatshards"));
-    c.env("CHATSHARDS_NO_PROGRESS", "1");
-    c
-}
-
-fn root(p: &str) -> String {
-    Path::new(ROOT).join(p).display().to_string()
-}
+use std::process::{Output, Stdio};
 
 /// A pipeline over the demo fixtures, written into `dir`, with `extra` YAML appended.
 fn pipeline(dir: &Path, body: &str) -> PathBuf {

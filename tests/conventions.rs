@@ -1,16 +1,13 @@
 //! The `mask:` section end to end: presets, the `loss_mask` dtype in the shards and in
 //! `dataset_info.json`, and conflicts between a preset and explicit settings.
 
+mod common;
+use common::root;
+
 use arrow_schema::DataType;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
-
-const ROOT: &str = env!("CARGO_MANIFEST_DIR");
-
-fn root(p: &str) -> String {
-    Path::new(ROOT).join(p).display().to_string()
-}
 
 fn pipeline(dir: &Path, body: &str) -> PathBuf {
     let yaml = format!(

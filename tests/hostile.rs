@@ -3,25 +3,17 @@
 //! corrupted shards. Every case asserts the exact outcome, and every run of the binary has a
 //! deadline, so nothing here can hang CI.
 
+mod common;
+use common::{bin, root, stderr};
+
 use serde_json::{json, Value};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-const ROOT: &str = env!("CARGO_MANIFEST_DIR");
 /// Generous: the slowest case here takes a few seconds in a debug build on a busy machine.
 const DEADLINE: Duration = Duration::from_secs(120);
-
-fn bin() -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_chatshards"));
-    c.env("CHATSHARDS_NO_PROGRESS", "1");
-    c
-}
-
-fn root(p: &str) -> String {
-    Path::new(ROOT).join(p).display().to_string()
-}
 
 /// Waits for `child` with the deadline; kills it and fails the test past it.
 fn finish(mut child: Child) -> Output {
@@ -65,10 +57,6 @@ fn build_in(cwd: &Path, pipeline: &Path) -> Output {
         &["build", "--threads", "2", &pipeline.display().to_string()],
         b"",
     )
-}
-
-fn stderr(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
 /// Asserts a failed run (exit 1, no panic) whose message contains `needle`.

@@ -1,15 +1,12 @@
 //! Build progress where stderr is not a terminal (CI, logs): periodic plain lines with a
 //! percent and ETA, one line per source when it is done, and `--quiet`.
 
+mod common;
+use common::root;
+
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
-
-const ROOT: &str = env!("CARGO_MANIFEST_DIR");
-
-fn root(p: &str) -> String {
-    Path::new(ROOT).join(p).display().to_string()
-}
 
 /// A pipeline over a generated JSON lines source of `rows` distinct chats and the demo's
 /// Parquet source, written into `dir`.

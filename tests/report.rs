@@ -3,18 +3,13 @@
 //! speculators' own code (`tests/oracle/gen_vocab_goldens.py`); the report is opened in headless
 //! Chromium by `tests/oracle/check_report.py` (skipped, saying so, where Chromium is absent).
 
+mod common;
+use common::{bin, ROOT};
+
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
-
-const ROOT: &str = env!("CARGO_MANIFEST_DIR");
-
-fn bin() -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_chatshards"));
-    c.env("CHATSHARDS_NO_PROGRESS", "1");
-    c
-}
 
 fn ok(out: Output) -> Output {
     assert!(

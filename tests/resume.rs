@@ -2,23 +2,15 @@
 //! of the pass that follows) goes on from its journal when started again, and writes exactly
 //! the bytes of an uninterrupted build; a resume of changed inputs is refused, naming them.
 
+mod common;
+use common::{bin, stderr, ROOT};
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-const ROOT: &str = env!("CARGO_MANIFEST_DIR");
 const DEADLINE: Duration = Duration::from_secs(300);
-
-fn bin() -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_chatshards"));
-    c.env("CHATSHARDS_NO_PROGRESS", "1");
-    c
-}
-
-fn stderr(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stderr).into_owned()
-}
 
 /// The demo pipeline (every curation step, a weighted mix) with its own copy of the inputs,
 /// writing `out` in `dir`; `mix` replaces its `mix:` line.

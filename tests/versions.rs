@@ -1,29 +1,16 @@
 //! Dataset versions end to end: `build_id` and `dataset_sha256`, `verify`, `diff`, and
 //! `build --locked` covering every input, on builds of the demo fixtures.
 
+mod common;
+use common::{bin, root, stderr};
+
 use serde_json::Value;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Output;
 use std::sync::OnceLock;
-
-const ROOT: &str = env!("CARGO_MANIFEST_DIR");
-
-fn bin() -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_chatshards"));
-    c.env("CHATSHARDS_NO_PROGRESS", "1");
-    c
-}
-
-fn root(p: &str) -> String {
-    Path::new(ROOT).join(p).display().to_string()
-}
 
 fn run(args: &[&str]) -> Output {
     bin().args(args).output().expect("run chatshards")
-}
-
-fn stderr(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
 const BASE: &str = "name: versions
