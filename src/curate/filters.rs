@@ -546,10 +546,11 @@ impl ContentCheck {
                 min_confidence,
                 scope,
             } => {
-                let Some(info) = whatlang::detect(prefix(row.scope(*scope), LANGUAGE_CHARS)) else {
+                let Some((lang, confidence)) =
+                    super::language::detect(prefix(row.scope(*scope), LANGUAGE_CHARS))
+                else {
                     return Some(format!("no language detected in {} text", scope.as_str()));
                 };
-                let (lang, confidence) = (info.lang(), info.confidence());
                 if !keep.contains(&lang) {
                     let keep: Vec<&str> = keep.iter().map(|&l| lang_code(l)).collect();
                     return Some(format!(
@@ -801,7 +802,8 @@ type FastMap<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
 
 /// (items repeating an earlier item, their characters, all characters).
 fn duplicates(items: &[&str]) -> (usize, usize, usize) {
-    let mut seen = HashSet::with_capacity(items.len());
+    let mut seen: HashSet<&str, foldhash::fast::RandomState> =
+        HashSet::with_capacity_and_hasher(items.len(), Default::default());
     let (mut dup, mut dup_chars, mut chars) = (0, 0, 0);
     for item in items {
         let n = item.chars().count();

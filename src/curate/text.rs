@@ -67,6 +67,9 @@ pub struct RowText<'c> {
     conversation: &'c Conversation,
     raw: [OnceCell<String>; 5],
     normalized: [OnceCell<String>; 5],
+    /// Each message's normalized text: scopes overlap (`all` holds the assistant turns the
+    /// repetition filter reads), and a scope's normalization is its messages' joined.
+    messages: Vec<OnceCell<String>>,
 }
 
 impl<'c> RowText<'c> {
@@ -75,6 +78,7 @@ impl<'c> RowText<'c> {
             conversation,
             raw: Default::default(),
             normalized: Default::default(),
+            messages: vec![OnceCell::new(); conversation.messages.len()],
         }
     }
 
@@ -87,9 +91,26 @@ impl<'c> RowText<'c> {
         self.raw[scope.index()].get_or_init(|| scope_text(self.conversation, scope))
     }
 
-    /// [`normalize`] of the scope's text.
+    /// [`normalize`] of the scope's text, as the non-empty normalizations of its messages
+    /// joined by one space: the same, since the `"\n"` between parts is a separator and
+    /// normalization starts afresh after each separator (the chunks of [`normalize`]).
     pub fn normalized(&self, scope: Scope) -> &str {
-        self.normalized[scope.index()].get_or_init(|| normalize(self.scope(scope)))
+        self.normalized[scope.index()].get_or_init(|| {
+            let mut out = String::new();
+            for (m, cell) in self.conversation.messages.iter().zip(&self.messages) {
+                if !scope.includes(m.role) {
+                    continue;
+                }
+                let text = cell.get_or_init(|| normalize(&message_text(m)));
+                if !text.is_empty() {
+                    if !out.is_empty() {
+                        out.push(' ');
+                    }
+                    out.push_str(text);
+                }
+            }
+            out
+        })
     }
 }
 
@@ -168,22 +189,38 @@ pub fn normalize(text: &str) -> String {
     // NFKC runs only over the chunks between ASCII separators, and ASCII chunks skip it (NFKC
     // leaves ASCII as it is): the same result as NFKC over the whole text, since an ASCII
     // separator is a starter that nothing reorders across, and the only compositions it takes
-    // part in (`<`, `=`, `>` with U+0338) give symbols that are separators too.
-    for (i, chunk) in text
-        .split(|c: char| c.is_ascii() && !c.is_ascii_alphanumeric())
-        .enumerate()
-    {
-        if i > 0 {
-            gap = !out.is_empty();
+    // part in (`<`, `=`, `>` with U+0338) give symbols that are separators too. Chunks are
+    // found by bytes: an ASCII byte is always a whole character in UTF-8.
+    let bytes = text.as_bytes();
+    let is_separator = |b: u8| b.is_ascii() && !b.is_ascii_alphanumeric();
+    let mut i = 0;
+    while i < bytes.len() {
+        let start = i;
+        let mut ascii = true;
+        while i < bytes.len() && !is_separator(bytes[i]) {
+            ascii &= bytes[i].is_ascii();
+            i += 1;
         }
-        if chunk.is_ascii() {
-            for c in chunk.chars() {
-                push(&mut out, c, &mut gap);
+        let chunk = &text[start..i];
+        if ascii {
+            // ASCII letters and digits only: what `push` does for each, a space owed before
+            // the first, at most.
+            if !chunk.is_empty() {
+                if gap && !out.is_empty() && !out.ends_with(' ') {
+                    out.push(' ');
+                }
+                gap = false;
+                out.extend(chunk.bytes().map(|b| char::from(b.to_ascii_lowercase())));
             }
         } else {
             for (c, _) in chunk.nfkc() {
                 push(&mut out, c, &mut gap);
             }
+        }
+        if i < bytes.len() {
+            // The separator.
+            gap = !out.is_empty();
+            i += 1;
         }
     }
     out
@@ -339,6 +376,62 @@ mod tests {
             "Zürich,Straße...ÉCOLE\n\t我爱Rust",
         ] {
             assert_eq!(normalize(t), normalize_whole(t), "{t:?}");
+        }
+        // A scope's normalization built from its messages' equals the whole scope's.
+        let parts = [
+            "",
+            "  ",
+            "Hello, WORLD",
+            "!!",
+            "我爱Rust",
+            "语言",
+            "e\u{301}",
+            "\u{301}x",
+            "ﬁ½",
+            "日本。",
+            "a\nb",
+            "x ",
+            " y",
+            "Straße",
+            "-",
+        ];
+        let mut k = 0usize;
+        for case in 0..300 {
+            let mut messages = Vec::new();
+            for j in 0..(case % 6) {
+                k = k
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                let text = format!(
+                    "{}{}",
+                    parts[(k >> 33) % parts.len()],
+                    parts[(k >> 45) % parts.len()]
+                );
+                messages.push(match j % 3 {
+                    0 => Message::user(&text),
+                    1 => Message::assistant(&text)
+                        .with_reasoning(Some(parts[(k >> 20) % parts.len()].into())),
+                    _ => Message::system(&text),
+                });
+            }
+            let c = Conversation {
+                messages,
+                ..Default::default()
+            };
+            let row = RowText::new(&c);
+            for scope in [
+                Scope::User,
+                Scope::Assistant,
+                Scope::System,
+                Scope::Prompt,
+                Scope::All,
+            ] {
+                assert_eq!(
+                    row.normalized(scope),
+                    normalize(&scope_text(&c, scope)),
+                    "{c:?} {scope:?}"
+                );
+            }
         }
         let n = normalize("a  b\tc");
         assert_eq!(words(&n).collect::<Vec<_>>(), ["a", "b", "c"]);
