@@ -40,6 +40,40 @@ pub enum Command {
         /// a build goes on from it when its pipeline and inputs are unchanged).
         #[arg(long)]
         fresh: bool,
+        /// Build only part I of N (I from 0) of a partitioned build into the parts directory;
+        /// `chatshards merge` assembles the dataset from all N.
+        #[arg(long, value_name = "I/N")]
+        part: Option<String>,
+        /// Build one part of N, its index from SLURM_ARRAY_TASK_ID or JOB_COMPLETION_INDEX.
+        #[arg(long, value_name = "N")]
+        parts: Option<usize>,
+        /// Where the parts go (default: `OUTPUT.parts` beside the output directory).
+        #[arg(long, value_name = "DIR")]
+        parts_dir: Option<PathBuf>,
+    },
+    /// Assemble a partitioned build from its N parts (`build --part I/N`): the dataset, byte
+    /// for byte what `chatshards build` writes.
+    Merge {
+        /// The pipeline YAML (the one the parts were built from).
+        pipeline: PathBuf,
+        /// How many parts.
+        #[arg(long, value_name = "N")]
+        parts: usize,
+        /// Where the parts are (default: `OUTPUT.parts` beside the output directory).
+        #[arg(long, value_name = "DIR")]
+        parts_dir: Option<PathBuf>,
+        /// Worker threads, 1 to 1024 (default: all cores).
+        #[arg(long, value_parser = parse_threads)]
+        threads: Option<usize>,
+        /// Use exactly the Hub commits and files pinned in `PIPELINE.lock`, never the network.
+        #[arg(long)]
+        locked: bool,
+        /// Print where the merge's CPU time went.
+        #[arg(long)]
+        timings: bool,
+        /// Start over: discard the state of an interrupted merge of this output.
+        #[arg(long)]
+        fresh: bool,
     },
     /// Preflight a pipeline in seconds: report every config error, then run a seeded sample of
     /// each source through the whole row path (curation included) and print what a full build

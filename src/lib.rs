@@ -11,6 +11,7 @@ pub mod conversation;
 pub mod curate;
 pub mod hub;
 pub mod journal;
+pub mod partition;
 pub mod pipeline;
 pub mod plan;
 pub mod printer;
@@ -41,17 +42,69 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
             locked,
             timings,
             fresh,
-        } => commands::build::run(
-            &commands::build::BuildArgs {
-                pipeline,
-                threads,
-                locked,
-                timings,
-                output: None,
-                fresh,
-            },
-            &printer,
-        ),
+            part,
+            parts,
+            parts_dir,
+        } => {
+            let spec = match (part, parts) {
+                (None, None) => None,
+                (Some(part), None) => Some(partition::PartSpec::parse(&part)),
+                (None, Some(count)) => Some(partition::PartSpec::from_env(count)),
+                (Some(_), Some(_)) => {
+                    Some(Err("give `--part I/N` or `--parts N`, not both".into()))
+                }
+            };
+            match spec {
+                Some(spec) => commands::part::run(
+                    &commands::part::PartArgs {
+                        pipeline,
+                        part: spec.map_err(anyhow::Error::msg)?,
+                        parts_dir,
+                        threads,
+                        locked,
+                    },
+                    &printer,
+                ),
+                None if parts_dir.is_some() => {
+                    anyhow::bail!("`--parts-dir` goes with `--part I/N` or `--parts N`")
+                }
+                None => commands::build::run(
+                    &commands::build::BuildArgs {
+                        pipeline,
+                        threads,
+                        locked,
+                        timings,
+                        output: None,
+                        fresh,
+                        merge: None,
+                    },
+                    &printer,
+                ),
+            }
+        }
+        Command::Merge {
+            pipeline,
+            parts,
+            parts_dir,
+            threads,
+            locked,
+            timings,
+            fresh,
+        } => {
+            partition::PartSpec::new(0, parts).map_err(anyhow::Error::msg)?;
+            commands::build::run(
+                &commands::build::BuildArgs {
+                    pipeline,
+                    threads,
+                    locked,
+                    timings,
+                    output: None,
+                    fresh,
+                    merge: Some((parts_dir, parts)),
+                },
+                &printer,
+            )
+        }
         Command::Check {
             pipeline,
             sample,

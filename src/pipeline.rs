@@ -18,6 +18,7 @@ use crate::curate::ledger::{
 use crate::curate::row::Curator;
 use crate::curate::select::AllocError;
 use crate::journal::{Journal, JournalError, PassKind, Positions, Recorder, RowEvent};
+use crate::partition::{PartError, PartWriter, Parts};
 use crate::plan::Plan;
 use crate::process::{Outcome, RowProcessor, SpotChecks, Tokenized};
 use crate::read::{read_files_with, RawRow, ReadError, Record};
@@ -29,6 +30,7 @@ use serde_json::Value;
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::sync::mpsc::{channel, sync_channel};
+use std::sync::Mutex;
 
 /// Size of one job of the thread pool: it closes at this many bytes of input (or rows),
 /// whichever comes first. A job runs its rows one after another, each stage over all of them
@@ -106,6 +108,8 @@ pub enum RunError {
     Curate(String),
     #[error(transparent)]
     Journal(#[from] JournalError),
+    #[error(transparent)]
+    Part(#[from] PartError),
 }
 
 /// What a run produced besides the spilled rows.
@@ -132,12 +136,79 @@ pub fn run(
         pool,
         timings,
         &mut journal,
+        None,
     )
+}
+
+/// Part `part`'s scan (see [`crate::partition`]): every source's share of rows through read,
+/// adapt, validate and the per-row curation, each row's record to `writer` in read order.
+/// `plan.read_options.sample` must hold the part's shares.
+pub fn scan_part(
+    plan: &Plan,
+    processor: &RowProcessor,
+    progress: &dyn Progress,
+    pool: &rayon::ThreadPool,
+    timings: &Timings,
+    writer: &mut PartWriter,
+) -> Result<(), RunError> {
+    let curator = Curator::new(plan).map_err(RunError::Curate)?;
+    let ctx = Context {
+        plan,
+        processor,
+        curator: &curator,
+        timings,
+        pool,
+        progress,
+        parts: None,
+    };
+    for index in 0..plan.sources.len() {
+        progress.pass_started(index, Pass::Scan);
+        let files = plan.sources[index].files.len();
+        // Records (blank lines are none) and lines of each file's share.
+        let mut counts = vec![(0u64, 0u64); files];
+        type PartResult = (u32, u64, u64, bool, u64, ScanRow);
+        let work = |batch: Vec<RawRow>| -> Vec<PartResult> {
+            timings.time(PoolStage::Prepare, || {
+                batch
+                    .into_iter()
+                    .map(|raw| {
+                        let (file, row, shown) = (raw.file as u32, raw.row, raw.shown_row());
+                        let blank = matches!(raw.record, Record::Blank);
+                        let weight = raw.record.weight() as u64;
+                        (file, row, shown, blank, weight, ctx.scan_row(index, raw))
+                    })
+                    .collect()
+            })
+        };
+        let write_err = |e: std::io::Error| RunError::SideOutput("the part file".to_owned(), e);
+        let mut read = 0u64;
+        let mut commit = |rows: Vec<PartResult>| -> Result<(), RunError> {
+            for (file, row, shown, blank, weight, scan) in rows {
+                read += 1;
+                progress.row_scanned(file as usize, weight);
+                let count = &mut counts[file as usize];
+                count.0 += u64::from(!blank);
+                count.1 += 1;
+                writer.row(file, row, shown, scan).map_err(write_err)?;
+            }
+            progress.rows_done(read, read, 0);
+            Ok(())
+        };
+        ctx.pass(index, None, 0, &work, &mut commit)?;
+        for (file, (records, lines)) in counts.into_iter().enumerate() {
+            writer
+                .file_end(index, file, records, lines)
+                .map_err(write_err)?;
+        }
+    }
+    Ok(())
 }
 
 /// [`run`], recording each pass in `journal` and replaying the passes it has recorded already
 /// (a resumed build: `sinks` then stand where the last recorded pass left them, see
-/// [`crate::journal`]).
+/// [`crate::journal`]). With `parts` (a merge), the scans replay the parts' records instead of
+/// reading the inputs; everything after them is the same.
+#[allow(clippy::too_many_arguments)]
 pub fn run_journaled(
     plan: &Plan,
     processor: &RowProcessor,
@@ -146,6 +217,7 @@ pub fn run_journaled(
     pool: &rayon::ThreadPool,
     timings: &Timings,
     journal: &mut Journal,
+    parts: Option<Parts>,
 ) -> Result<RunOutput, RunError> {
     let curator = Curator::new(plan).map_err(RunError::Curate)?;
     let selection = plan
@@ -166,6 +238,7 @@ pub fn run_journaled(
         curator.dedup.is_some(),
         curator.bands(),
     );
+    let parts = parts.map(Mutex::new);
     let ctx = Context {
         plan,
         processor,
@@ -173,6 +246,7 @@ pub fn run_journaled(
         timings,
         pool,
         progress,
+        parts: parts.as_ref(),
     };
     let restored = journal.positions()?.unwrap_or_default();
     let mut out = Out {
@@ -183,6 +257,9 @@ pub fn run_journaled(
     };
     for index in 0..plan.sources.len() {
         ctx.scan(index, &mut ledger, &mut out)?;
+    }
+    if let Some(parts) = &parts {
+        parts.lock().map_err(|_| poisoned())?.finish()?;
     }
     ledger.decide();
     // Written before the first work pass: already in `filtered.jsonl` when that pass is
@@ -237,6 +314,10 @@ pub fn run_journaled(
     Ok(RunOutput { settled })
 }
 
+fn poisoned() -> RunError {
+    RunError::Curate("internal error: a thread failed while holding the parts".to_owned())
+}
+
 /// How many rows of a source the first work pass takes: all of them without a selection,
 /// else an estimate of the selected share (the allocation asks for more if it falls short).
 fn first_request(plan: &Plan, ledger: &Ledger, source: usize) -> usize {
@@ -272,6 +353,8 @@ struct Context<'a> {
     timings: &'a Timings,
     pool: &'a rayon::ThreadPool,
     progress: &'a dyn Progress,
+    /// A merge: the scans replay these parts' records instead of reading the inputs.
+    parts: Option<&'a Mutex<Parts>>,
 }
 
 /// The writers of the passes, their running positions and the journal.
@@ -334,8 +417,9 @@ enum ScanOutcome {
     Candidate(Option<u32>),
 }
 
-/// What the scan found for one row.
-enum ScanRow {
+/// What the scan found for one row (also a part's record of it, see [`crate::partition`]).
+#[derive(serde::Serialize, serde::Deserialize)]
+pub enum ScanRow {
     Rejected(Reject),
     Filtered { filter: String, detail: String },
     Candidate(Scanned),
@@ -441,7 +525,25 @@ impl Context<'_> {
             self.progress.rows_done(read, candidates, 0);
             out.segment(&mut recorder, read, &mut last_segment)
         };
-        self.pass(index, None, skip, &work, &mut commit)?;
+        match self.parts {
+            None => self.pass(index, None, skip, &work, &mut commit)?,
+            Some(parts) => {
+                // The rows a recorded segment did are replayed by the journal, not again.
+                let mut skipped = 0u64;
+                let files = self.plan.sources[index].files.len();
+                parts.lock().map_err(|_| poisoned())?.replay_source(
+                    index,
+                    files,
+                    &mut |(file, row, shown, scan)| {
+                        if skipped < skip {
+                            skipped += 1;
+                            return Ok(());
+                        }
+                        commit(vec![(file, row, shown, 0, scan)])
+                    },
+                )?;
+            }
+        }
         out.finish_pass(recorder)
     }
 

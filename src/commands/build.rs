@@ -36,6 +36,8 @@ pub struct BuildArgs {
     pub output: Option<PathBuf>,
     /// Discard an interrupted build's state instead of going on from it.
     pub fresh: bool,
+    /// A merge: the parts directory and the part count (the scans replay the parts).
+    pub merge: Option<(Option<PathBuf>, usize)>,
 }
 
 pub fn run(args: &BuildArgs, printer: &Printer) -> Result<()> {
@@ -74,6 +76,15 @@ fn build(
     // First: a refused or locked output directory fails at once, before any work.
     let out = &plan.output_dir;
     let key = resume_key(plan)?;
+    let parts = match &args.merge {
+        Some((dir, count)) => {
+            let dir = dir
+                .clone()
+                .unwrap_or_else(|| crate::partition::default_parts_dir(out));
+            Some(crate::partition::Parts::open(&dir, *count, &key)?)
+        }
+        None => None,
+    };
     let resume = if args.fresh {
         write::output::Resume::Fresh
     } else {
@@ -160,6 +171,7 @@ fn build(
         &pool,
         timings,
         &mut journal,
+        parts,
     )?;
     progress.finish();
     rejects.flush().context("failed to write rejects.jsonl")?;
@@ -305,7 +317,7 @@ fn segment_rows() -> Result<u64> {
 }
 
 /// What an interrupted build must share with this one to be gone on from.
-fn resume_key(plan: &Plan) -> Result<ResumeKey> {
+pub fn resume_key(plan: &Plan) -> Result<ResumeKey> {
     let pipeline = identity::pipeline_value(&plan.pipeline_yaml)
         .with_context(|| format!("failed to read `{}`", plan.path.display()))?;
     let mut inputs = Vec::new();

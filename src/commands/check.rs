@@ -192,6 +192,7 @@ pub fn run(args: &CheckArgs, printer: &Printer) -> Result<()> {
                     crate::read::FileSample::All => "all",
                     crate::read::FileSample::Records(_) => "records",
                     crate::read::FileSample::LineStarts(_) => "line_starts",
+                    crate::read::FileSample::LineRange { .. } => "line_range",
                 },
             });
             samples.insert(path.clone(), chosen);

@@ -8,6 +8,7 @@ pub mod fetch;
 pub mod inspect;
 pub mod lock;
 pub mod normalize;
+pub mod part;
 pub mod render;
 pub mod report;
 pub mod shipped;

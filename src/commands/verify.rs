@@ -340,6 +340,7 @@ fn rebuild(out: &OutputDir, threads: Option<usize>, printer: &Printer) -> Result
             timings: false,
             output: Some(temp.clone()),
             fresh: true,
+            merge: None,
         },
         &Printer::Quiet,
     )

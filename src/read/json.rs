@@ -106,6 +106,83 @@ pub(super) fn read_line_starts(
     Ok(true)
 }
 
+/// The lines whose first byte is in `lo..hi`, numbered from the first of them (record 0, line
+/// 1): a byte range of a partitioned build. A line that starts before `lo` belongs to the range
+/// before; the byte order mark is skipped only at the start of the file.
+pub(super) fn read_line_range(
+    path: &Path,
+    lo: u64,
+    hi: u64,
+    options: &ReadOptions,
+    sink: &mut Sink,
+) -> Result<bool, ReadError> {
+    let io = |e| ReadError::Io(path.to_owned(), e);
+    let counter = options.sample.as_ref().map(|s| s.bytes_read.clone());
+    let file = Counted::new(File::open(path).map_err(io)?, counter);
+    let mut reader = BufReader::with_capacity(1 << 20, file);
+    let mut at = if lo == 0 {
+        if reader.fill_buf().map_err(io)?.starts_with(BOM) {
+            reader.consume(BOM.len());
+        }
+        0
+    } else {
+        // The first line starting at or after `lo` starts after the first newline at or
+        // after `lo - 1`.
+        reader.seek(SeekFrom::Start(lo - 1)).map_err(io)?;
+        let mut at = lo - 1;
+        loop {
+            let buf = reader.fill_buf().map_err(io)?;
+            if buf.is_empty() {
+                return Ok(true);
+            }
+            match memchr::memchr(b'\n', buf) {
+                Some(i) => {
+                    reader.consume(i + 1);
+                    break at + i as u64 + 1;
+                }
+                None => {
+                    let n = buf.len();
+                    at += n as u64;
+                    reader.consume(n);
+                }
+            }
+        }
+    };
+    let (mut row, mut number) = (0u64, 0u64);
+    let mut line = Vec::new();
+    while at < hi {
+        line.clear();
+        let read = next_line(&mut reader, &mut line, options.max_row_bytes).map_err(io)?;
+        number += 1;
+        let record = match read {
+            None => return Ok(true),
+            Some(Line::TooLong(bytes)) => {
+                // Its length with the newline is not kept: ask the file where the read is.
+                at = reader.stream_position().map_err(io)?;
+                Record::TooLarge {
+                    bytes,
+                    limit: options.max_row_bytes,
+                }
+            }
+            Some(Line::Kept) => {
+                at += line.len() as u64;
+                if line.iter().all(u8::is_ascii_whitespace) {
+                    if !sink(row, Some(number), Record::Blank) {
+                        return Ok(false);
+                    }
+                    continue;
+                }
+                Record::Line(std::mem::take(&mut line))
+            }
+        };
+        if !sink(row, Some(number), record) {
+            return Ok(false);
+        }
+        row += 1;
+    }
+    Ok(true)
+}
+
 /// One line read by [`next_line`].
 pub enum Line {
     /// In the buffer, newline included.

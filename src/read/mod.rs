@@ -227,6 +227,9 @@ pub fn read_files_with(
                 FileSample::LineStarts(starts) => {
                     json::read_line_starts(path, starts, options, &mut file_sink)?;
                 }
+                FileSample::LineRange { lo, hi } => {
+                    json::read_line_range(path, *lo, *hi, options, &mut file_sink)?;
+                }
             }
         }
         if stopped {
@@ -234,6 +237,16 @@ pub fn read_files_with(
         }
     }
     Ok(())
+}
+
+/// Whether a file is JSON lines (`.jsonl`, or a `.json` file that is not an array), whose
+/// lines a partitioned build splits by byte ranges; other files go whole to one part.
+pub fn is_json_lines(path: &Path) -> Result<bool, ReadError> {
+    Ok(match file_type(path)? {
+        FileType::JsonLines => true,
+        FileType::Json => !json::starts_with_array(path, &Default::default())?,
+        FileType::Parquet => false,
+    })
 }
 
 /// How much reading a file is, known before reading it (for progress): a JSON file's size in

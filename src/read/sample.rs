@@ -45,6 +45,9 @@ pub enum FileSample {
     /// The JSON lines starting at these byte offsets (sorted, distinct); each record's `row`
     /// is its offset.
     LineStarts(Vec<u64>),
+    /// The lines of a JSON lines file whose first byte is in `lo..hi` (a part of a partitioned
+    /// build): `row` and `line` count from the first of them (0 and 1).
+    LineRange { lo: u64, hi: u64 },
 }
 
 /// The samples of a run's files, and the bytes its reads took.
