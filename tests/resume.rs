@@ -3,61 +3,18 @@
 //! the bytes of an uninterrupted build; a resume of changed inputs is refused, naming them.
 
 mod common;
-use common::{bin, stderr, ROOT};
+use common::{bin, project, snapshot, stderr};
 
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 const DEADLINE: Duration = Duration::from_secs(300);
 
-/// The demo pipeline (every curation step, a weighted mix) with its own copy of the inputs,
-/// writing `out` in `dir`; `mix` replaces its `mix:` line.
-fn project(dir: &Path, mix: &str) -> PathBuf {
-    let data = dir.join("data");
-    std::fs::create_dir_all(&data).expect("mkdir");
-    for f in [
-        "chat.jsonl",
-        "tools.json",
-        "alpaca.parquet",
-        "curation.jsonl",
-    ] {
-        std::fs::copy(
-            Path::new(ROOT).join("tests/fixtures/demo").join(f),
-            data.join(f),
-        )
-        .expect("copy");
-    }
-    let yaml = std::fs::read_to_string(Path::new(ROOT).join("pipelines/demo.yaml"))
-        .expect("demo pipeline")
-        .replace("../tests/fixtures/demo/", "data/")
-        .replace("../", &format!("{ROOT}/"))
-        .replace(&format!("dir: {ROOT}/out/demo"), "dir: out")
-        .replace("mix: {target: rows, total: 220}", mix);
-    let p = dir.join("pipeline.yaml");
-    std::fs::write(&p, yaml).expect("pipeline");
-    p
-}
-
 fn build(pipeline: &Path) -> Command {
     let mut c = bin();
     c.args(["build", "--threads", "2"]).arg(pipeline);
     c
-}
-
-/// Every file of a directory, by name (none of the outputs are directories).
-fn snapshot(dir: &Path) -> BTreeMap<String, Vec<u8>> {
-    std::fs::read_dir(dir)
-        .expect("output dir")
-        .map(|e| {
-            let e = e.expect("entry");
-            (
-                e.file_name().to_string_lossy().into_owned(),
-                std::fs::read(e.path()).expect("read"),
-            )
-        })
-        .collect()
 }
 
 fn journal(pipeline: &Path) -> PathBuf {
