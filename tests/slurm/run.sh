@@ -65,7 +65,7 @@ if [ -z "${CHATSHARDS:-}" ]; then
     CHATSHARDS=$CARGO_TARGET_DIR/release/chatshards
 fi
 [ -x "$CHATSHARDS" ] || CHATSHARDS=$(command -v "$CHATSHARDS" || true)
-[ -n "$CHATSHARDS" ] && [ -x "$CHATSHARDS" ] || die "CHATSHARDS is not an executable"
+{ [ -n "$CHATSHARDS" ] && [ -x "$CHATSHARDS" ]; } || die "CHATSHARDS is not an executable"
 CHATSHARDS=$(realpath "$CHATSHARDS")
 if [ "$SELFTEST" != 1 ] && ! "$CHATSHARDS" build --help 2>/dev/null | grep -q -- '--parts'; then
     die "$CHATSHARDS has no \`build --parts\`: run with SLURM_SELFTEST=1 to test the cluster alone"
