@@ -90,9 +90,9 @@ cleanup() {
             sleep 0.5
         done
     fi
-    # Job steps still exiting: each slurmstepd keeps a socket in the spool directory.
+    # Job steps still exiting: each slurmstepd keeps a socket NODE_JOB.STEP in the spool directory.
     for _ in $(seq 1 40); do
-        compgen -G "$CLUSTER/spool/*_*.*" >/dev/null || break
+        compgen -G "$CLUSTER/spool/${NODE:-*}_[0-9]*.[0-9]*" >/dev/null || break
         sleep 0.25
     done
     # Newest first: slurmd, slurmctld, then munged (they authenticate through it until the end).
