@@ -58,6 +58,11 @@ if [ $missing = 1 ]; then
 fi
 say "$(slurmctld -V)"
 
+# Our cluster only: no SLURM_CONF, SBATCH_PARTITION, SLURM_JOB_ID... from the caller's own Slurm.
+for v in $(compgen -v | grep -E '^(SLURM|SBATCH|SQUEUE|SINFO|SCONTROL)_' | grep -vE '^SLURM_(TEST_|SELFTEST)' || true); do
+    unset "$v"
+done
+
 # --- The binary -----------------------------------------------------------------------------
 if [ -z "${CHATSHARDS:-}" ]; then
     export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$HOME/.cache/chatshards/target}
