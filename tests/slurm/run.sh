@@ -333,7 +333,7 @@ JOBS+=("$ARRAY")
 SNAP=$(jobid "$("${SB[@]}" --job-name=parts-snapshot --output=%x-%j.out --dependency=afterok:"$ARRAY" \
     --wrap "cd '$PARTS' && find . -type f -print0 | LC_ALL=C sort -z | xargs -0r sha256sum > '$TMP/parts.before'")")
 JOBS+=("$SNAP")
-MERGE=$(jobid "$(submit --dependency=afterok:"$ARRAY:$SNAP" "$REPO/examples/slurm/merge.sbatch" "$PIPELINE" "$N")")
+MERGE=$(jobid "$(submit --dependency=afterok:"$ARRAY:$SNAP" "$REPO/examples/slurm/merge.sbatch" "$PIPELINE" "$N" --locked)")
 JOBS+=("$MERGE")
 say "submitted array $ARRAY (0-$((N - 1))), snapshot $SNAP, merge $MERGE (afterok)"
 
