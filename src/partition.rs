@@ -7,13 +7,15 @@
 //!
 //! **Shares.** A JSON lines file is cut into N equal byte ranges, part I reading the lines
 //! that *start* in range I (so every line is read by exactly one part, whatever the line
-//! lengths); a Parquet file or a JSON array goes whole to one part, the files taken in
+//! lengths); a Parquet file's row groups go to the part whose equal share of the file's rows
+//! holds the group's first row; a JSON array goes whole to one part, the arrays taken in
 //! pipeline order round-robin. The rule depends only on the file sizes and N: a task run again
 //! reads the same rows and writes the same bytes.
 //!
 //! **Row numbers.** A part numbers the records and lines of a byte range from its start; it
 //! records, per file, how many records and lines its range held, and the merge adds those of
-//! the parts before (a line's number is known only after reading every byte before it, which
+//! the parts before (Parquet rows and JSON array elements carry their index in the file, and
+//! count 0 there) (a line's number is known only after reading every byte before it, which
 //! no part does).
 //!
 //! **Format** (`PART-I-of-N.bin`, written as `.tmp` and renamed when complete): postcard frames
@@ -25,7 +27,7 @@
 use crate::journal::ResumeKey;
 use crate::pipeline::ScanRow;
 use crate::plan::Plan;
-use crate::read::{FileSample, ReadError, Sampling};
+use crate::read::{FileSample, ReadError, Sampling, Splitting};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::fs::{self, File};
@@ -114,21 +116,38 @@ pub fn shares(plan: &Plan, part: PartSpec) -> Result<Sampling, ReadError> {
         if files.contains_key(path) {
             continue;
         }
-        let share = if crate::read::is_json_lines(path)? {
-            let size = fs::metadata(path)
-                .map_err(|e| ReadError::Io(path.clone(), e))?
-                .len();
-            let cut = |i: usize| (u128::from(size) * i as u128 / part.count as u128) as u64;
-            FileSample::LineRange {
-                lo: cut(part.index),
-                hi: cut(part.index + 1),
+        let share = match crate::read::splitting(path)? {
+            Splitting::Lines => {
+                let size = fs::metadata(path)
+                    .map_err(|e| ReadError::Io(path.clone(), e))?
+                    .len();
+                let cut = |i: usize| (u128::from(size) * i as u128 / part.count as u128) as u64;
+                FileSample::LineRange {
+                    lo: cut(part.index),
+                    hi: cut(part.index + 1),
+                }
             }
-        } else {
-            whole += 1;
-            if (whole - 1) % part.count == part.index {
-                FileSample::All
-            } else {
-                FileSample::Records(Vec::new())
+            Splitting::RowGroups(groups) => {
+                // A group goes to the part whose share of the file's rows holds its first row.
+                let total: u64 = groups.iter().sum();
+                let mut rows = Vec::new();
+                let mut first = 0u64;
+                for n in groups {
+                    let owner = u128::from(first) * part.count as u128 / u128::from(total.max(1));
+                    if owner as usize == part.index {
+                        rows.extend(first..first + n);
+                    }
+                    first += n;
+                }
+                FileSample::Records(rows)
+            }
+            Splitting::Whole => {
+                whole += 1;
+                if (whole - 1) % part.count == part.index {
+                    FileSample::All
+                } else {
+                    FileSample::Records(Vec::new())
+                }
             }
         };
         files.insert(path.clone(), share);

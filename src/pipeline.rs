@@ -21,7 +21,7 @@ use crate::journal::{Journal, JournalError, PassKind, Positions, Recorder, RowEv
 use crate::partition::{PartError, PartWriter, Parts};
 use crate::plan::Plan;
 use crate::process::{Outcome, RowProcessor, SpotChecks, Tokenized};
-use crate::read::{read_files_with, RawRow, ReadError, Record};
+use crate::read::{read_files_with, FileSample, RawRow, ReadError, Record};
 use crate::reject::{Reject, Skip};
 use crate::report::timings::{PoolStage, Timings};
 use crate::report::SourceStats;
@@ -195,7 +195,18 @@ pub fn scan_part(
             Ok(())
         };
         ctx.pass(index, None, 0, &work, &mut commit)?;
-        for (file, (records, lines)) in counts.into_iter().enumerate() {
+        for (file, (mut records, mut lines)) in counts.into_iter().enumerate() {
+            // Only a byte range numbers its rows from its start; other shares carry the
+            // rows' own indices, which the merge must not shift.
+            let ranged = plan.read_options.sample.as_ref().is_some_and(|s| {
+                matches!(
+                    s.files.get(&plan.sources[index].files[file]),
+                    Some(FileSample::LineRange { .. })
+                )
+            });
+            if !ranged {
+                (records, lines) = (0, 0);
+            }
             writer
                 .file_end(index, file, records, lines)
                 .map_err(write_err)?;

@@ -239,6 +239,23 @@ pub fn read_files_with(
     Ok(())
 }
 
+/// How a partitioned build splits a file: JSON lines by byte ranges, Parquet by row groups,
+/// a JSON array not at all.
+pub enum Splitting {
+    Lines,
+    /// The rows of each row group.
+    RowGroups(Vec<u64>),
+    Whole,
+}
+
+pub fn splitting(path: &Path) -> Result<Splitting, ReadError> {
+    Ok(match file_type(path)? {
+        FileType::Parquet => Splitting::RowGroups(parquet::row_groups(path)?),
+        _ if is_json_lines(path)? => Splitting::Lines,
+        _ => Splitting::Whole,
+    })
+}
+
 /// Whether a file is JSON lines (`.jsonl`, or a `.json` file that is not an array), whose
 /// lines a partitioned build splits by byte ranges; other files go whole to one part.
 pub fn is_json_lines(path: &Path) -> Result<bool, ReadError> {

@@ -131,6 +131,22 @@ pub fn footer_size(path: &Path) -> Result<super::FileSize, ReadError> {
     Ok(super::FileSize::Rows { rows, bytes })
 }
 
+/// The rows of each row group, in order, from the footer.
+pub fn row_groups(path: &Path) -> Result<Vec<u64>, ReadError> {
+    let file = File::open(path).map_err(|e| ReadError::Io(path.to_owned(), e))?;
+    let builder =
+        ParquetRecordBatchReaderBuilder::try_new(file).map_err(|e| ReadError::Parquet {
+            path: path.to_owned(),
+            message: e.to_string(),
+        })?;
+    Ok(builder
+        .metadata()
+        .row_groups()
+        .iter()
+        .map(|g| u64::try_from(g.num_rows()).unwrap_or(0))
+        .collect())
+}
+
 /// The file's row count, from its footer.
 pub fn row_count(path: &Path, counter: &Arc<AtomicU64>) -> Result<u64, ReadError> {
     let file = CountedFile {
