@@ -466,6 +466,13 @@ impl Context<'_> {
         })?;
         self.progress.rows_done(read, candidates, 0);
         let Some((mut recorder, skip)) = started else {
+            // A merge resumed after this pass: its rows are in the journal, the parts read on
+            // past them.
+            if let Some(parts) = self.parts {
+                let files = self.plan.sources[index].files.len();
+                let mut parts = parts.lock().map_err(|_| poisoned())?;
+                parts.replay_source(index, files, &mut |_| Ok(()))?;
+            }
             return Ok(());
         };
         let mut last_segment = skip;

@@ -260,3 +260,49 @@ fn a_rerun_part_writes_the_same_bytes_and_a_merge_refuses_bad_parts() {
         stderr(&out)
     );
 }
+
+/// A merge killed after its first pass (the first source's scan, replayed from the parts) goes
+/// on from its journal and writes the same bytes.
+#[test]
+fn a_killed_merge_resumes_to_the_same_bytes() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let p = generated(dir.path());
+    let out = dir.path().join("out");
+    run(bin().args(["-q", "build", "--threads", "2"]).arg(&p));
+    let single = snapshot(&out);
+    std::fs::remove_dir_all(&out).expect("rm out");
+    for i in 0..2 {
+        run(&mut part(&p, i, 2));
+    }
+    let recorded = dir.path().join("out.partial/.work/journal/pass-000001.bin");
+    let mut child = merge(&p, 2).spawn().expect("merge");
+    let started = std::time::Instant::now();
+    while !recorded.exists() {
+        assert!(
+            child.try_wait().expect("wait").is_none(),
+            "the merge ended before pass 1"
+        );
+        assert!(
+            started.elapsed().as_secs() < 300,
+            "no pass recorded in 300 s"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    child.kill().expect("SIGKILL");
+    child.wait().expect("wait");
+    let resumed = run(bin()
+        .args(["merge", "--threads", "2", "--parts", "2"])
+        .arg(&p));
+    assert!(
+        resumed.contains("resuming the interrupted build"),
+        "{resumed}"
+    );
+    let merged = snapshot(&out);
+    assert_eq!(
+        merged.keys().collect::<Vec<_>>(),
+        single.keys().collect::<Vec<_>>()
+    );
+    for (name, bytes) in &single {
+        assert!(&merged[name] == bytes, "`{name}` differs after the resume");
+    }
+}
