@@ -42,11 +42,7 @@ pub struct BuildArgs {
 
 pub fn run(args: &BuildArgs, printer: &Printer) -> Result<()> {
     let started = Instant::now();
-    let access = if args.locked {
-        HubAccess::Locked
-    } else {
-        HubAccess::Auto
-    };
+    let access = HubAccess::locked_if(args.locked);
     let mut plan = plan::compile(&args.pipeline, access)?;
     if let Some(output) = &args.output {
         plan.output_dir = output.clone();

@@ -149,11 +149,7 @@ pub fn run(args: &CheckArgs, printer: &Printer) -> Result<()> {
     }
     // Offline when the pipeline has a lockfile, as `build --locked` reads it.
     let locked = Lockfile::path_for(&args.pipeline).exists();
-    let access = if locked {
-        HubAccess::Locked
-    } else {
-        HubAccess::Auto
-    };
+    let access = HubAccess::locked_if(locked);
     let mut plan = plan::compile(&args.pipeline, access)?;
     for note in &plan.notes {
         printer.info(&format!("note: {note}"));

@@ -22,11 +22,7 @@ pub struct PartArgs {
 
 pub fn run(args: &PartArgs, printer: &Printer) -> Result<()> {
     let started = Instant::now();
-    let access = if args.locked {
-        HubAccess::Locked
-    } else {
-        HubAccess::Auto
-    };
+    let access = HubAccess::locked_if(args.locked);
     let mut plan = plan::compile(&args.pipeline, access)?;
     let dir = args
         .parts_dir

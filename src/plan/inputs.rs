@@ -18,6 +18,17 @@ pub enum HubAccess {
     Locked,
 }
 
+impl HubAccess {
+    /// `Locked` for `--locked`, else `Auto`.
+    pub fn locked_if(locked: bool) -> HubAccess {
+        if locked {
+            HubAccess::Locked
+        } else {
+            HubAccess::Auto
+        }
+    }
+}
+
 /// One input file: where to read it and how to name it in manifests and reject files.
 #[derive(Debug, Clone)]
 pub struct InputFile {

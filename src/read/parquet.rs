@@ -8,7 +8,7 @@ use arrow_schema::DataType;
 use parquet::arrow::arrow_reader::{
     ArrowReaderOptions, ParquetRecordBatchReaderBuilder, RowSelection, RowSelector,
 };
-use parquet::file::metadata::PageIndexPolicy;
+use parquet::file::metadata::{PageIndexPolicy, ParquetMetaData};
 use parquet::file::reader::{ChunkReader, Length};
 use serde_json::{Map, Number, Value};
 use std::fs::File;
@@ -113,15 +113,20 @@ pub fn read_rows(
     Ok(true)
 }
 
-/// Rows and uncompressed column bytes, from the footer alone.
-pub fn footer_size(path: &Path) -> Result<super::FileSize, ReadError> {
+/// The file's footer (its metadata), read alone.
+fn footer(path: &Path) -> Result<Arc<ParquetMetaData>, ReadError> {
     let file = File::open(path).map_err(|e| ReadError::Io(path.to_owned(), e))?;
     let builder =
         ParquetRecordBatchReaderBuilder::try_new(file).map_err(|e| ReadError::Parquet {
             path: path.to_owned(),
             message: e.to_string(),
         })?;
-    let meta = builder.metadata();
+    Ok(builder.metadata().clone())
+}
+
+/// Rows and uncompressed column bytes, from the footer alone.
+pub fn footer_size(path: &Path) -> Result<super::FileSize, ReadError> {
+    let meta = footer(path)?;
     let rows = u64::try_from(meta.file_metadata().num_rows()).unwrap_or(0);
     let bytes = meta
         .row_groups()
@@ -133,14 +138,7 @@ pub fn footer_size(path: &Path) -> Result<super::FileSize, ReadError> {
 
 /// The rows of each row group, in order, from the footer.
 pub fn row_groups(path: &Path) -> Result<Vec<u64>, ReadError> {
-    let file = File::open(path).map_err(|e| ReadError::Io(path.to_owned(), e))?;
-    let builder =
-        ParquetRecordBatchReaderBuilder::try_new(file).map_err(|e| ReadError::Parquet {
-            path: path.to_owned(),
-            message: e.to_string(),
-        })?;
-    Ok(builder
-        .metadata()
+    Ok(footer(path)?
         .row_groups()
         .iter()
         .map(|g| u64::try_from(g.num_rows()).unwrap_or(0))
