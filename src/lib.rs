@@ -35,6 +35,21 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
     } else {
         Printer::Default
     };
+    // A build, or (`merge`: the parts directory and count) a merge.
+    let build = |pipeline, threads, locked, timings, fresh, merge| {
+        commands::build::run(
+            &commands::build::BuildArgs {
+                pipeline,
+                threads,
+                locked,
+                timings,
+                output: None,
+                fresh,
+                merge,
+            },
+            &printer,
+        )
+    };
     match cli.command {
         Command::Build {
             pipeline,
@@ -47,6 +62,9 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
             parts_dir,
         } => {
             let spec = match (part, parts) {
+                (None, None) if parts_dir.is_some() => {
+                    anyhow::bail!("`--parts-dir` goes with `--part I/N` or `--parts N`")
+                }
                 (None, None) => None,
                 (Some(part), None) => Some(partition::PartSpec::parse(&part)),
                 (None, Some(count)) => Some(partition::PartSpec::from_env(count)),
@@ -65,21 +83,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
                     },
                     &printer,
                 ),
-                None if parts_dir.is_some() => {
-                    anyhow::bail!("`--parts-dir` goes with `--part I/N` or `--parts N`")
-                }
-                None => commands::build::run(
-                    &commands::build::BuildArgs {
-                        pipeline,
-                        threads,
-                        locked,
-                        timings,
-                        output: None,
-                        fresh,
-                        merge: None,
-                    },
-                    &printer,
-                ),
+                None => build(pipeline, threads, locked, timings, fresh, None),
             }
         }
         Command::Merge {
@@ -92,17 +96,13 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
             fresh,
         } => {
             partition::PartSpec::new(0, parts).map_err(anyhow::Error::msg)?;
-            commands::build::run(
-                &commands::build::BuildArgs {
-                    pipeline,
-                    threads,
-                    locked,
-                    timings,
-                    output: None,
-                    fresh,
-                    merge: Some((parts_dir, parts)),
-                },
-                &printer,
+            build(
+                pipeline,
+                threads,
+                locked,
+                timings,
+                fresh,
+                Some((parts_dir, parts)),
             )
         }
         Command::Check {

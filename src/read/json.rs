@@ -25,12 +25,7 @@ pub fn read(
     sink: &mut Sink,
 ) -> Result<bool, ReadError> {
     let io = |e| ReadError::Io(path.to_owned(), e);
-    let counter = options.sample.as_ref().map(|s| s.bytes_read.clone());
-    let file = Counted::new(File::open(path).map_err(io)?, counter);
-    let mut reader = BufReader::with_capacity(1 << 20, file);
-    if reader.fill_buf().map_err(io)?.starts_with(BOM) {
-        reader.consume(BOM.len());
-    }
+    let mut reader = open(path, options, true)?;
     if lines {
         return read_lines(path, reader, options, sink);
     }
@@ -50,6 +45,23 @@ pub fn read(
         Some(b'[') => read_array(path, reader, options, sink),
         Some(_) => read_lines(path, reader, options, sink),
     }
+}
+
+/// The file for a whole read (its bytes counted for a sampled run), past a byte order mark at
+/// its start when `skip_bom`.
+fn open(
+    path: &Path,
+    options: &ReadOptions,
+    skip_bom: bool,
+) -> Result<BufReader<Counted<File>>, ReadError> {
+    let io = |e| ReadError::Io(path.to_owned(), e);
+    let counter = options.sample.as_ref().map(|s| s.bytes_read.clone());
+    let file = Counted::new(File::open(path).map_err(io)?, counter);
+    let mut reader = BufReader::with_capacity(1 << 20, file);
+    if skip_bom && reader.fill_buf().map_err(io)?.starts_with(BOM) {
+        reader.consume(BOM.len());
+    }
+    Ok(reader)
 }
 
 /// Whether a `.json` file holds an array (its first byte after a byte order mark and
@@ -117,13 +129,8 @@ pub(super) fn read_line_range(
     sink: &mut Sink,
 ) -> Result<bool, ReadError> {
     let io = |e| ReadError::Io(path.to_owned(), e);
-    let counter = options.sample.as_ref().map(|s| s.bytes_read.clone());
-    let file = Counted::new(File::open(path).map_err(io)?, counter);
-    let mut reader = BufReader::with_capacity(1 << 20, file);
+    let mut reader = open(path, options, lo == 0)?;
     let mut at = if lo == 0 {
-        if reader.fill_buf().map_err(io)?.starts_with(BOM) {
-            reader.consume(BOM.len());
-        }
         0
     } else {
         // The first line starting at or after `lo` starts after the first newline at or
