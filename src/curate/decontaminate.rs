@@ -230,17 +230,15 @@ pub struct DecontamIndex {
     /// Words or characters per n-gram.
     n: usize,
     scope: Scope,
-    /// Keyed by an xxh3 hash already; looked up only (never iterated), so a fast hasher.
+    /// An n-gram's [`Grams`] hash → the first item with an n-gram of that hash. Looked up only
+    /// (never iterated), so a fast hasher.
     grams: HashMap<u64, u32, foldhash::fast::RandomState>,
     /// Lengths (in words or characters) of items shorter than `n`, matched whole.
     short: BTreeSet<usize>,
-    /// (benchmark index, item id) per item.
-    items: Vec<(u32, String)>,
+    /// Per item: benchmark index, item id, normalized text (a hash hit is confirmed on it).
+    items: Vec<(u32, String, String)>,
     benchmarks: Vec<String>,
 }
-
-/// The seed of the n-gram hash (an in-memory index: not persisted).
-const SEED: u64 = 0x6465_636f_6e74_616d;
 
 impl DecontamIndex {
     /// The config must have passed [`DecontamConfig::check`].
@@ -262,26 +260,24 @@ impl DecontamIndex {
         for (b, bench) in benchmarks.iter().enumerate() {
             for item in &bench.items {
                 let id = index.items.len() as u32;
-                index.items.push((b as u32, item.id.clone()));
                 let normalized = text::normalize(&item.text);
                 let units = index.units(&normalized);
-                if units.is_empty() {
-                    continue;
+                if !units.is_empty() {
+                    let len = units.len().min(n);
+                    if len < n {
+                        index.short.insert(len);
+                    }
+                    for (h, _) in Grams::new(&normalized, &units, len) {
+                        index.grams.entry(h).or_insert(id);
+                    }
                 }
-                let len = units.len().min(n);
-                if len < n {
-                    index.short.insert(len);
-                }
-                for_each_gram(&normalized, &units, len, &mut |h| {
-                    index.grams.entry(h).or_insert(id);
-                    true
-                });
+                index.items.push((b as u32, item.id.clone(), normalized));
             }
         }
         index
     }
 
-    /// Distinct n-grams indexed.
+    /// Distinct n-gram hashes indexed.
     pub fn len(&self) -> usize {
         self.grams.len()
     }
@@ -320,27 +316,38 @@ impl DecontamIndex {
     /// for several steps).
     pub fn check_normalized(&self, normalized: &str) -> Option<Hit> {
         let units = self.units(normalized);
-        let mut found = None;
-        for len in std::iter::once(self.n).chain(self.short.iter().copied()) {
-            if units.len() < len {
-                continue;
-            }
-            for_each_gram(normalized, &units, len, &mut |h| match self.grams.get(&h) {
-                Some(&item) => {
-                    found = Some(item);
-                    false
-                }
-                None => true,
-            });
-            if found.is_some() {
-                break;
-            }
-        }
-        let (b, id) = &self.items[found? as usize];
+        let found = std::iter::once(self.n)
+            .chain(self.short.iter().copied())
+            .find_map(|len| {
+                Grams::new(normalized, &units, len).find_map(|(h, at)| {
+                    let &first = self.grams.get(&h)?;
+                    let gram = &normalized[units[at].0..units[at + len - 1].1];
+                    self.item_with(first, gram)
+                })
+            })?;
+        let (b, id, _) = &self.items[found as usize];
         Some(Hit {
             benchmark: self.benchmarks[*b as usize].clone(),
             item: id.clone(),
         })
+    }
+
+    /// The first item from `first` on whose normalized text `gram` is an n-gram: `first`
+    /// itself unless two n-grams share a hash (then the items after it are searched, so a
+    /// collision neither drops a clean row nor names the wrong item).
+    fn item_with(&self, first: u32, gram: &str) -> Option<u32> {
+        let has = |text: &str| match self.mode {
+            DecontamMode::Chars => text.contains(gram),
+            // At word boundaries: normalized text is words joined by single spaces.
+            DecontamMode::Words => memchr::memmem::find_iter(text.as_bytes(), gram).any(|i| {
+                let end = i + gram.len();
+                (i == 0 || text.as_bytes()[i - 1] == b' ')
+                    && (end == text.len() || text.as_bytes()[end] == b' ')
+            }),
+        };
+        (first as usize..self.items.len())
+            .find(|&i| has(&self.items[i].2))
+            .map(|i| i as u32)
     }
 
     /// Byte ranges of the units (words or characters) of normalized text.
@@ -355,21 +362,159 @@ impl DecontamIndex {
     }
 }
 
-/// Calls `f` with the hash of every run of `len` units (contiguous slices of the normalized
-/// text) until it returns false.
-fn for_each_gram(
-    normalized: &str,
-    units: &[(usize, usize)],
+/// The seed of the unit hash (an in-memory index: not persisted).
+const SEED: u64 = 0x6465_636f_6e74_616d;
+/// The rolling hash's multiplier (odd, so multiplying by it is a bijection mod 2^64).
+const BASE: u64 = 0x9E37_79B9_7F4A_7C15;
+
+/// The hash of every run of `len` units with its first unit's index, in text order: a
+/// polynomial rolling hash (mod 2^64) of the units' xxh3 hashes, one hash per unit rather than
+/// one per n-gram. Hits are confirmed on the text ([`DecontamIndex::item_with`]), so the
+/// hash only has to be fast and well spread.
+struct Grams {
+    units: Vec<u64>,
     len: usize,
-    f: &mut dyn FnMut(u64) -> bool,
-) {
-    if len == 0 || units.len() < len {
-        return;
-    }
-    for i in 0..=units.len() - len {
-        let slice = &normalized[units[i].0..units[i + len - 1].1];
-        if !f(xxh3_64_with_seed(slice.as_bytes(), SEED)) {
-            return;
+    /// `BASE^(len - 1)`: the weight of the unit leaving the window.
+    top: u64,
+    hash: u64,
+    next: usize,
+}
+
+impl Grams {
+    fn new(normalized: &str, spans: &[(usize, usize)], len: usize) -> Grams {
+        let units: Vec<u64> = if len == 0 || spans.len() < len {
+            Vec::new()
+        } else {
+            spans
+                .iter()
+                .map(|&(s, e)| xxh3_64_with_seed(&normalized.as_bytes()[s..e], SEED))
+                .collect()
+        };
+        let top = (1..len).fold(1u64, |p, _| p.wrapping_mul(BASE));
+        Grams {
+            units,
+            len,
+            top,
+            hash: 0,
+            next: 0,
         }
+    }
+}
+
+impl Iterator for Grams {
+    /// (hash, index of the first unit).
+    type Item = (u64, usize);
+
+    fn next(&mut self) -> Option<(u64, usize)> {
+        if self.len == 0 || self.next + self.len > self.units.len() {
+            return None;
+        }
+        if self.next == 0 {
+            self.hash = self.units[..self.len]
+                .iter()
+                .fold(0u64, |h, &u| h.wrapping_mul(BASE).wrapping_add(u));
+        } else {
+            let out = self.units[self.next - 1].wrapping_mul(self.top);
+            let into = self.units[self.next + self.len - 1];
+            self.hash = self
+                .hash
+                .wrapping_sub(out)
+                .wrapping_mul(BASE)
+                .wrapping_add(into);
+        }
+        self.next += 1;
+        Some((self.hash, self.next - 1))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn index(mode: DecontamMode, items: &[&str]) -> DecontamIndex {
+        let config = DecontamConfig {
+            ngram: 3,
+            mode,
+            window: 4,
+            scope: Scope::All,
+            benchmarks: Vec::new(),
+        };
+        let items = items
+            .iter()
+            .enumerate()
+            .map(|(i, t)| BenchmarkItem {
+                id: format!("item/{i}"),
+                text: (*t).to_owned(),
+            })
+            .collect();
+        DecontamIndex::build(
+            &config,
+            &[BenchmarkItems {
+                name: "b".into(),
+                items,
+            }],
+        )
+    }
+
+    #[test]
+    fn the_rolling_hash_is_the_hash_of_each_window() {
+        let text = "one two three two three four one two three";
+        let spans = super::super::near_dup::word_spans(text);
+        for len in 1..=spans.len() {
+            let rolled: Vec<(u64, usize)> = Grams::new(text, &spans, len).collect();
+            assert_eq!(rolled.len(), spans.len() - len + 1);
+            for &(h, at) in &rolled {
+                // The window's hash computed from scratch.
+                let direct = Grams::new(text, &spans[at..at + len], len)
+                    .next()
+                    .map(|(h, _)| h);
+                assert_eq!(Some(h), direct, "len {len} at {at}");
+            }
+            // Equal windows, equal hashes: "one two three" at 0 and 6 (len 3).
+            if len == 3 {
+                assert_eq!(rolled[0].0, rolled[6].0);
+                assert_ne!(rolled[0].0, rolled[1].0);
+            }
+        }
+        assert_eq!(Grams::new(text, &spans, spans.len() + 1).count(), 0);
+        assert_eq!(Grams::new(text, &spans, 0).count(), 0);
+    }
+
+    #[test]
+    fn a_hash_hit_is_confirmed_on_the_items_text() {
+        let words = index(
+            DecontamMode::Words,
+            &[
+                "alpha beta gamma delta",
+                "beta gamma deltas",
+                "x beta gamma delta",
+            ],
+        );
+        // `first` is where the hash pointed; the gram is searched from there, whole words only.
+        assert_eq!(words.item_with(0, "beta gamma delta"), Some(0));
+        assert_eq!(words.item_with(1, "beta gamma delta"), Some(2));
+        assert_eq!(words.item_with(0, "eta gamma delta"), None);
+        assert_eq!(words.item_with(0, "beta gamma delt"), None);
+        assert_eq!(
+            words.check_text("Say: BETA, gamma; delta!").map(|h| h.item),
+            Some("item/0".to_owned())
+        );
+        assert_eq!(
+            words.check_text("beta gamma deltas").map(|h| h.item),
+            Some("item/1".into())
+        );
+        assert_eq!(words.check_text("gamma delta beta"), None);
+        let chars = index(DecontamMode::Chars, &["abcdef", "xyz"]);
+        assert_eq!(chars.item_with(0, "cdef"), Some(0));
+        assert_eq!(
+            chars.check_text("zzbcdezz").map(|h| h.item),
+            Some("item/0".into())
+        );
+        // An item shorter than the window matches whole.
+        assert_eq!(
+            chars.check_text("..xyz..").map(|h| h.item),
+            Some("item/1".into())
+        );
+        assert_eq!(chars.check_text("xy"), None);
     }
 }

@@ -602,11 +602,7 @@ fn repetition<'t>(
     text: &str,
     normalized: impl FnOnce() -> &'t str,
 ) -> Option<String> {
-    let lines: Vec<&str> = text
-        .split('\n')
-        .map(str::trim)
-        .filter(|l| l.chars().any(char::is_alphanumeric))
-        .collect();
+    let lines: Vec<&str> = lines(text).filter(|l| has_alphanumeric(l)).collect();
     repetition_rules(r, text, &lines, normalized)
 }
 
@@ -639,7 +635,7 @@ fn repetition_rules<'t>(
     }
     let paragraphs = paragraphs(text);
     if !paragraphs.is_empty() {
-        let refs: Vec<&str> = paragraphs.iter().map(String::as_str).collect();
+        let refs: Vec<&str> = paragraphs.iter().map(|p| &**p).collect();
         let (dup, dup_chars, chars) = duplicates(&refs);
         if let Some(d) = over(
             "duplicate paragraph fraction",
@@ -662,13 +658,21 @@ fn repetition_rules<'t>(
     let normalized = normalized();
     // Each distinct word as a small integer, so that the n-gram tables below hash and compare
     // a few integers instead of n strings (exact: equal ids are equal words).
-    let mut ids: FastMap<&str, u32> = FastMap::default();
-    let mut lens: Vec<usize> = Vec::new();
-    let words: Vec<u32> = text::words(normalized)
-        .map(|w| {
+    let spans = super::near_dup::word_spans(normalized);
+    let mut ids: FastMap<&str, u32> =
+        FastMap::with_capacity_and_hasher(spans.len() / 2, Default::default());
+    let mut lens: Vec<usize> = Vec::with_capacity(spans.len());
+    let words: Vec<u32> = spans
+        .iter()
+        .map(|&(start, end)| {
+            let w = &normalized[start..end];
             let next = ids.len() as u32;
             let id = *ids.entry(w).or_insert(next);
-            lens.push(w.chars().count());
+            lens.push(if w.is_ascii() {
+                w.len()
+            } else {
+                w.chars().count()
+            });
             id
         })
         .collect();
@@ -816,21 +820,55 @@ fn duplicates(items: &[&str]) -> (usize, usize, usize) {
     (dup, dup_chars, chars)
 }
 
+/// The lines of `text` (split at `\n`), trimmed.
+fn lines(text: &str) -> impl Iterator<Item = &str> {
+    let mut start = 0;
+    memchr::memchr_iter(b'\n', text.as_bytes())
+        .chain(std::iter::once(text.len()))
+        .map(move |end| {
+            let line = &text[start..end];
+            start = end + 1;
+            line.trim()
+        })
+}
+
+/// Whether `s` holds a letter or digit (any script).
+fn has_alphanumeric(s: &str) -> bool {
+    s.bytes().any(|b| b.is_ascii_alphanumeric())
+        || (!s.is_ascii() && s.chars().any(char::is_alphanumeric))
+}
+
 /// Runs of lines separated by blank lines, lines trimmed and joined by `\n`; paragraphs without
-/// a letter or digit are left out.
-fn paragraphs(text: &str) -> Vec<String> {
+/// a letter or digit are left out. A paragraph whose lines need no trimming inside it is the
+/// text's own slice (most are), others are joined anew.
+fn paragraphs(text: &str) -> Vec<std::borrow::Cow<'_, str>> {
     let mut out = Vec::new();
     let mut current: Vec<&str> = Vec::new();
-    for line in text.split('\n').map(str::trim).chain(std::iter::once("")) {
+    let mut finish = |current: &mut Vec<&str>| {
+        if current.iter().any(|l| has_alphanumeric(l)) {
+            // The trimmed lines are slices of `text`: the paragraph is the slice from the first
+            // to the last when only `\n`s lie between them.
+            let (first, last) = (current[0], current[current.len() - 1]);
+            let start = first.as_ptr() as usize - text.as_ptr() as usize;
+            let end = last.as_ptr() as usize - text.as_ptr() as usize + last.len();
+            let slice = &text[start..end];
+            let joined_len = current.iter().map(|l| l.len()).sum::<usize>() + current.len() - 1;
+            out.push(if slice.len() == joined_len {
+                std::borrow::Cow::Borrowed(slice)
+            } else {
+                std::borrow::Cow::Owned(current.join("\n"))
+            });
+        }
+        current.clear();
+    };
+    for line in lines(text) {
         if line.is_empty() {
-            if current.iter().any(|l| l.chars().any(char::is_alphanumeric)) {
-                out.push(current.join("\n"));
-            }
-            current.clear();
+            finish(&mut current);
         } else {
             current.push(line);
         }
     }
+    finish(&mut current);
     out
 }
 
@@ -1328,6 +1366,44 @@ mod tests {
         assert_eq!(dropped(&off, &c(looped)), None);
         let user_scope = compile("- repetition: {scope: user}");
         assert_eq!(dropped(&user_scope, &c(looped)), None);
+    }
+
+    /// `lines` and `paragraphs` against their plain definitions, on random texts of lines with
+    /// spaces, tabs, `\r`, blank lines and lines without letters.
+    #[test]
+    fn lines_and_paragraphs_follow_their_definition() {
+        let pieces = [
+            "a", "b c", " ", "\t", "\r", "\n", "\n\n", "{", "é", "1", "  x  ",
+        ];
+        let mut state = 11u64;
+        for _ in 0..3000 {
+            let mut text = String::new();
+            for _ in 0..(state % 13) {
+                state = state
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                text.push_str(pieces[(state >> 33) as usize % pieces.len()]);
+            }
+            let plain_lines: Vec<&str> = text.split('\n').map(str::trim).collect();
+            assert_eq!(lines(&text).collect::<Vec<_>>(), plain_lines, "{text:?}");
+            let mut plain = Vec::new();
+            let mut current: Vec<&str> = Vec::new();
+            for line in plain_lines.iter().copied().chain(std::iter::once("")) {
+                if line.is_empty() {
+                    if current.iter().any(|l| l.chars().any(char::is_alphanumeric)) {
+                        plain.push(current.join("\n"));
+                    }
+                    current.clear();
+                } else {
+                    current.push(line);
+                }
+            }
+            let ours: Vec<String> = paragraphs(&text)
+                .into_iter()
+                .map(|p| p.into_owned())
+                .collect();
+            assert_eq!(ours, plain, "{text:?}");
+        }
     }
 
     #[test]

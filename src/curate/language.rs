@@ -9,16 +9,20 @@
 //! module walks the text's (at most 600) ranked trigrams instead, and adds, for each, the gain of
 //! every language whose profile holds it (an inverted index built once from the same profiles,
 //! `language/profiles.tsv`, copied from whatlang by `tests/oracle/vendor_whatlang_profiles.py`).
-//! Everything else — script detection, alphabet scores, the combined score, the confidence and
-//! the tie order of whatlang's unstable sorts — is whatlang's own code or a copy of it on the same
-//! inputs in the same order, so decisions are identical; the tests compare with
-//! `whatlang::detect` on thousands of texts in every script.
+//! One pass over the text counts its trigrams and its characters: trigrams of the 27 characters
+//! `a`–`z` and space (most of any Latin-script text) in a dense table, the others in a map; the
+//! alphabet scores, which depend only on how often each character occurs, come from the same
+//! counts and whatlang's alphabets (`language/alphabets.tsv`, copied by the same script).
+//! Everything else — script detection, the combined score, the confidence and the tie order of
+//! whatlang's unstable sorts — is whatlang's own code or a copy of it on the same inputs in the
+//! same order, so decisions are identical; the tests compare with `whatlang::detect` (and the
+//! alphabet stage with whatlang's own) on thousands of texts in every script.
 
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::LazyLock;
 
-use whatlang::dev::{FilterList, LowercaseText};
+use whatlang::dev::LowercaseText;
 use whatlang::{Lang, Script};
 
 /// whatlang's constants (`trigrams/mod.rs`).
@@ -27,6 +31,7 @@ const MAX_TOTAL_DISTANCE: i64 = MAX_TRIGRAM_DISTANCE * MAX_TRIGRAM_DISTANCE;
 const TEXT_TRIGRAMS_SIZE: usize = 600;
 
 const PROFILES: &str = include_str!("language/profiles.tsv");
+const ALPHABETS: &str = include_str!("language/alphabets.tsv");
 
 /// The scripts whose languages whatlang tells apart by trigrams, in `PROFILES`' spelling.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -70,21 +75,84 @@ impl MultiScript {
 
     /// whatlang's alphabet stage: real alphabets for Latin and Cyrillic, a fixed mock (every
     /// language 1.0, count 1) for the others (`alphabets/detection.rs`).
-    fn alphabet_scores(self, text: &LowercaseText) -> (usize, Vec<(Lang, f64)>) {
+    fn alphabet_scores(self, index: &Index, counts: &Counts) -> (usize, Vec<(Lang, f64)>) {
         let mock = |langs: &[Lang]| (1, langs.iter().map(|&l| (l, 1.0)).collect());
         match self {
-            Self::Latin => {
-                let o = whatlang::dev::alphabet_latin_calculate_scores(text, &FilterList::All);
-                (o.count, o.scores)
-            }
-            Self::Cyrillic => {
-                let o = whatlang::dev::alphabet_cyrillic_calculate_scores(text, &FilterList::All);
-                (o.count, o.scores)
-            }
+            Self::Latin | Self::Cyrillic => index.alphabet.scores(self.script(), counts),
             Self::Arabic => mock(&[Lang::Ara, Lang::Urd, Lang::Pes]),
             Self::Devanagari => mock(&[Lang::Hin, Lang::Mar, Lang::Nep]),
             Self::Hebrew => mock(&[Lang::Heb, Lang::Yid]),
         }
+    }
+
+    fn script(self) -> Script {
+        match self {
+            Self::Latin => Script::Latin,
+            Self::Cyrillic => Script::Cyrillic,
+            Self::Arabic => Script::Arabic,
+            Self::Devanagari => Script::Devanagari,
+            Self::Hebrew => Script::Hebrew,
+        }
+    }
+}
+
+/// A script's alphabets as whatlang inverts them (`alphabets/common.rs`,
+/// `build_inverted_map`): every character of any alphabet, sorted, with the languages whose
+/// alphabet holds it (once per occurrence in that alphabet, as whatlang pushes them).
+#[derive(Default)]
+struct Alphabet {
+    chars: Vec<char>,
+    langs: Vec<Vec<Lang>>,
+}
+
+impl Alphabet {
+    fn new(script: MultiScript) -> Alphabet {
+        let mut map: HashMap<char, Vec<Lang>> = HashMap::new();
+        for (lang, alphabet) in table_rows("alphabets.tsv", ALPHABETS, script) {
+            for c in alphabet.chars() {
+                map.entry(c).or_default().push(lang);
+            }
+        }
+        let mut pairs: Vec<(char, Vec<Lang>)> = map.into_iter().collect();
+        pairs.sort_unstable_by_key(|&(c, _)| c);
+        let (chars, langs) = pairs.into_iter().unzip();
+        Alphabet { chars, langs }
+    }
+
+    /// whatlang's `generic_alphabet_calculate_scores` on the text's character counts: every
+    /// non-stop character scores 2 for each language whose alphabet holds it, less 1 for all;
+    /// the languages in the script's order, sorted by raw score (descending, unstably).
+    fn scores(&self, script: Script, counts: &Counts) -> (usize, Vec<(Lang, f64)>) {
+        let max_raw_score = counts.letters;
+        let script_langs = script.langs();
+        let mut lang_scores = vec![0usize; Lang::all().len()];
+        let mut common_score = 0usize;
+        for (c, langs) in self.chars.iter().zip(&self.langs) {
+            let char_score = 2 * counts.of_char(*c) as usize;
+            if char_score == 0 {
+                continue;
+            }
+            if langs.len() == script_langs.len() {
+                common_score += char_score;
+            } else {
+                for &lang in langs {
+                    lang_scores[lang as usize] += char_score;
+                }
+            }
+        }
+        let mut raw: Vec<(Lang, usize)> = script_langs
+            .iter()
+            .map(|&l| {
+                let score = (lang_scores[l as usize] + common_score).saturating_sub(max_raw_score);
+                (l, score)
+            })
+            .collect();
+        raw.sort_unstable_by_key(|&(_, score)| std::cmp::Reverse(score));
+        let scores = raw
+            .into_iter()
+            .map(|(l, score)| (l, score as f64 / max_raw_score as f64))
+            .collect();
+        (max_raw_score, scores)
     }
 }
 
@@ -94,11 +162,77 @@ fn pack(a: char, b: char, c: char) -> u64 {
     ((a as u64) << 42) | ((b as u64) << 21) | c as u64
 }
 
-/// One script's languages (in whatlang's profile order) and, for every trigram of their
-/// profiles, which languages hold it at which rank.
+/// The characters of dense trigrams: space and `a`–`z`, numbered in code point order.
+const DENSE_CHARS: usize = 27;
+const DENSE: usize = DENSE_CHARS * DENSE_CHARS * DENSE_CHARS;
+
+/// A character's dense number (space 0, `a`–`z` 1–26), or `None`.
+fn dense_code(c: char) -> Option<usize> {
+    match c {
+        ' ' => Some(0),
+        'a'..='z' => Some(c as usize - 'a' as usize + 1),
+        _ => None,
+    }
+}
+
+fn dense_char(code: usize) -> char {
+    if code == 0 {
+        ' '
+    } else {
+        char::from(b'a' + (code - 1) as u8)
+    }
+}
+
+/// A dense trigram's number, or `None` when a character is not dense.
+fn dense_index(packed: u64) -> Option<usize> {
+    let char_at = |shift: u32| char::from_u32(((packed >> shift) & 0x1F_FFFF) as u32);
+    let code = |shift| char_at(shift).and_then(dense_code);
+    Some((code(42)? * DENSE_CHARS + code(21)?) * DENSE_CHARS + code(0)?)
+}
+
+/// One script's languages (in whatlang's profile order), for every trigram of their profiles
+/// which languages hold it at which rank, and the script's alphabets.
 struct Index {
     langs: Vec<Lang>,
-    postings: HashMap<u64, Vec<(u8, u16)>, BuildHasherDefault<MixHasher>>,
+    /// (language, rank) pairs, grouped by trigram.
+    postings: Vec<(u8, u16)>,
+    /// A dense trigram's postings as `start << 8 | len` into `postings` (`len` 0: none).
+    dense: Vec<u32>,
+    /// The other trigrams' postings, the same way.
+    sparse: HashMap<u64, u32, BuildHasherDefault<MixHasher>>,
+    alphabet: Alphabet,
+}
+
+impl Index {
+    fn postings(&self, trigram: u64) -> &[(u8, u16)] {
+        let slot = match dense_index(trigram) {
+            Some(i) => self.dense[i],
+            None => self.sparse.get(&trigram).copied().unwrap_or(0),
+        };
+        let start = (slot >> 8) as usize;
+        &self.postings[start..start + (slot & 0xFF) as usize]
+    }
+}
+
+/// The (language, data) rows of a vendored table (`script`, whatlang's language code, data)
+/// for one script, in the table's order. The tables are compiled in: a bad row is a bug.
+fn table_rows<'t>(
+    name: &'static str,
+    table: &'t str,
+    script: MultiScript,
+) -> impl Iterator<Item = (Lang, &'t str)> {
+    table
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(move |line| {
+            let mut fields = line.splitn(3, '\t');
+            let (Some(s), Some(code), Some(data)) = (fields.next(), fields.next(), fields.next())
+            else {
+                panic!("{name}: malformed line {line:?}");
+            };
+            let lang = Lang::from_code(code).unwrap_or_else(|| panic!("{name}: {code:?}"));
+            (s == script.name()).then_some((lang, data))
+        })
 }
 
 static INDEXES: LazyLock<Vec<(MultiScript, Index)>> = LazyLock::new(|| {
@@ -109,36 +243,42 @@ static INDEXES: LazyLock<Vec<(MultiScript, Index)>> = LazyLock::new(|| {
 });
 
 fn build_index(script: MultiScript) -> Index {
-    let mut index = Index {
-        langs: Vec::new(),
-        postings: HashMap::default(),
-    };
-    for line in PROFILES.lines().filter(|l| !l.starts_with('#')) {
-        let mut fields = line.splitn(3, '\t');
-        let (Some(name), Some(code), Some(trigrams)) =
-            (fields.next(), fields.next(), fields.next())
-        else {
-            panic!("profiles.tsv: malformed line {line:?}");
-        };
-        if name != script.name() {
-            continue;
-        }
-        let lang = Lang::from_code(code).unwrap_or_else(|| panic!("profiles.tsv: {code:?}"));
-        let lang_index = u8::try_from(index.langs.len()).expect("fewer than 256 languages");
-        index.langs.push(lang);
+    let mut langs = Vec::new();
+    let mut by_trigram: std::collections::BTreeMap<u64, Vec<(u8, u16)>> = Default::default();
+    for (lang, trigrams) in table_rows("profiles.tsv", PROFILES, script) {
+        let lang_index = u8::try_from(langs.len()).expect("fewer than 256 languages");
+        langs.push(lang);
         let chars: Vec<char> = trigrams.chars().collect();
         assert_eq!(
             chars.len(),
             900,
-            "profiles.tsv: {code} has not 300 trigrams"
+            "profiles.tsv: {lang:?} has not 300 trigrams"
         );
         for (rank, t) in chars.chunks_exact(3).enumerate() {
             let rank = u16::try_from(rank).expect("300 ranks");
-            index
-                .postings
+            by_trigram
                 .entry(pack(t[0], t[1], t[2]))
                 .or_default()
                 .push((lang_index, rank));
+        }
+    }
+    let mut index = Index {
+        langs,
+        postings: Vec::new(),
+        dense: vec![0; DENSE],
+        sparse: HashMap::default(),
+        alphabet: Alphabet::new(script),
+    };
+    for (trigram, list) in by_trigram {
+        let start = u32::try_from(index.postings.len()).expect("postings fit");
+        let len = u32::try_from(list.len()).expect("fewer than 256 languages");
+        index.postings.extend(list);
+        let slot = (start << 8) | len;
+        match dense_index(trigram) {
+            Some(i) => index.dense[i] = slot,
+            None => {
+                index.sparse.insert(trigram, slot);
+            }
         }
     }
     index
@@ -169,54 +309,133 @@ fn is_stop_char(c: char) -> bool {
     matches!(c, '\u{0000}'..='\u{0040}' | '\u{005B}'..='\u{0060}' | '\u{007B}'..='\u{007E}')
 }
 
-/// The text's trigrams ranked as whatlang ranks them (`trigrams/utils.rs`): counted over the
-/// lowercased text with stop characters as spaces (a space appended, none of the two "space
-/// pairs"), sorted by count then trigram, both descending, first 600 kept.
-fn ranked_trigrams(
-    text: &str,
-    counts: &mut HashMap<u64, u32, BuildHasherDefault<MixHasher>>,
-) -> Vec<(u32, u64)> {
-    counts.clear();
-    let mut chars = text
-        .chars()
-        .map(|c| if is_stop_char(c) { ' ' } else { c })
-        .chain(Some(' '));
-    let mut c1 = ' ';
-    let Some(mut c2) = chars.next() else {
-        return Vec::new();
-    };
-    for c3 in chars {
-        if !(c2 == ' ' && (c1 == ' ' || c3 == ' ')) {
-            *counts.entry(pack(c1, c2, c3)).or_insert(0) += 1;
+/// One pass's counts over a lowercased text: its trigrams as whatlang counts them
+/// (`trigrams/utils.rs`: stop characters as spaces, a space appended, no trigram centred on a
+/// space next to a space) and its non-stop characters (for the alphabet stage).
+struct Counts {
+    /// Dense trigrams' counts, and which are non-zero (to read and reset them).
+    dense: Vec<u32>,
+    touched: Vec<u16>,
+    sparse: HashMap<u64, u32, BuildHasherDefault<MixHasher>>,
+    /// Non-stop characters: how many, ASCII ones by code, the others in a map.
+    letters: usize,
+    ascii: [u32; 128],
+    other: HashMap<char, u32, BuildHasherDefault<MixHasher>>,
+}
+
+impl Counts {
+    fn new() -> Counts {
+        Counts {
+            dense: vec![0; DENSE],
+            touched: Vec::with_capacity(1024),
+            sparse: HashMap::default(),
+            letters: 0,
+            ascii: [0; 128],
+            other: HashMap::default(),
         }
-        c1 = c2;
-        c2 = c3;
     }
-    let mut ranked: Vec<(u32, u64)> = counts.iter().map(|(&t, &n)| (n, t)).collect();
-    let descending = |a: &(u32, u64), b: &(u32, u64)| b.cmp(a);
-    if ranked.len() > TEXT_TRIGRAMS_SIZE {
-        ranked.select_nth_unstable_by(TEXT_TRIGRAMS_SIZE - 1, descending);
-        ranked.truncate(TEXT_TRIGRAMS_SIZE);
+
+    fn count(&mut self, text: &str) {
+        for &i in &self.touched {
+            self.dense[usize::from(i)] = 0;
+        }
+        self.touched.clear();
+        self.sparse.clear();
+        self.letters = 0;
+        self.ascii = [0; 128];
+        self.other.clear();
+        // The previous two characters and their dense numbers.
+        let (mut c1, mut d1) = (' ', Some(0));
+        let mut c2: Option<(char, Option<usize>)> = None;
+        for raw in text.chars().map(Some).chain(Some(None)) {
+            let c3 = match raw {
+                Some(c) if is_stop_char(c) => ' ',
+                Some(c) => {
+                    self.letters += 1;
+                    match self.ascii.get_mut(c as usize) {
+                        Some(n) => *n += 1,
+                        None => *self.other.entry(c).or_insert(0) += 1,
+                    }
+                    c
+                }
+                // The appended space.
+                None => ' ',
+            };
+            let d3 = dense_code(c3);
+            if let Some((c2, d2)) = c2 {
+                if !(c2 == ' ' && (c1 == ' ' || c3 == ' ')) {
+                    match (d1, d2, d3) {
+                        (Some(a), Some(b), Some(c)) => {
+                            let i = (a * DENSE_CHARS + b) * DENSE_CHARS + c;
+                            if self.dense[i] == 0 {
+                                self.touched.push(i as u16);
+                            }
+                            self.dense[i] += 1;
+                        }
+                        _ => *self.sparse.entry(pack(c1, c2, c3)).or_insert(0) += 1,
+                    }
+                }
+                (c1, d1) = (c2, d2);
+            }
+            if raw.is_none() {
+                break;
+            }
+            c2 = Some((c3, d3));
+        }
     }
-    ranked.sort_unstable_by(descending);
-    ranked
+
+    /// How often non-stop character `c` occurs.
+    fn of_char(&self, c: char) -> u32 {
+        match self.ascii.get(c as usize) {
+            Some(&n) => n,
+            None => self.other.get(&c).copied().unwrap_or(0),
+        }
+    }
+
+    /// The trigrams ranked as whatlang ranks them: by count then trigram, both descending,
+    /// the first 600.
+    fn ranked(&self) -> Vec<u64> {
+        // Count and trigram in one integer, so that the sort compares one number; all keys
+        // differ (the trigrams do), so ascending then reversed is descending.
+        let key = |count: u32, trigram: u64| (u128::from(count) << 64) | u128::from(trigram);
+        let mut ranked: Vec<u128> = self
+            .touched
+            .iter()
+            .map(|&i| {
+                let i = usize::from(i);
+                let (a, b, c) = (
+                    i / (DENSE_CHARS * DENSE_CHARS),
+                    i / DENSE_CHARS % DENSE_CHARS,
+                    i % DENSE_CHARS,
+                );
+                key(
+                    self.dense[i],
+                    pack(dense_char(a), dense_char(b), dense_char(c)),
+                )
+            })
+            .chain(self.sparse.iter().map(|(&t, &n)| key(n, t)))
+            .collect();
+        if ranked.len() > TEXT_TRIGRAMS_SIZE {
+            let cut = ranked.len() - TEXT_TRIGRAMS_SIZE;
+            ranked.select_nth_unstable(cut);
+            ranked.drain(..cut);
+        }
+        ranked.sort_unstable();
+        ranked.iter().rev().map(|&k| k as u64).collect()
+    }
 }
 
 thread_local! {
-    static COUNTS: std::cell::RefCell<HashMap<u64, u32, BuildHasherDefault<MixHasher>>> =
-        std::cell::RefCell::new(HashMap::with_capacity_and_hasher(2048, Default::default()));
+    static COUNTS: std::cell::RefCell<Counts> = std::cell::RefCell::new(Counts::new());
 }
 
-/// whatlang's trigram stage (`trigrams/detection.rs`): each language's score and the number of
-/// ranked trigrams, the languages in the order whatlang's unstable sort leaves them.
-fn trigram_scores(index: &Index, text: &str) -> (usize, Vec<(Lang, f64)>) {
-    let ranked = COUNTS.with(|counts| ranked_trigrams(text, &mut counts.borrow_mut()));
+/// whatlang's trigram stage (`trigrams/detection.rs`) on the ranked trigrams: each language's
+/// score and the number of ranked trigrams, the languages in the order whatlang's unstable
+/// sort leaves them.
+fn trigram_scores(index: &Index, ranked: &[u64]) -> (usize, Vec<(Lang, f64)>) {
     let mut gains = vec![0i64; index.langs.len()];
-    for (position, &(_, trigram)) in ranked.iter().enumerate() {
-        let Some(postings) = index.postings.get(&trigram) else {
-            continue;
-        };
-        for &(lang, rank) in postings {
+    for (position, &trigram) in ranked.iter().enumerate() {
+        for &(lang, rank) in index.postings(trigram) {
             let distance = (position as i64 - i64::from(rank)).abs();
             gains[usize::from(lang)] += MAX_TRIGRAM_DISTANCE - distance;
         }
@@ -282,8 +501,14 @@ pub fn detect(text: &str) -> Option<(Lang, f64)> {
         .expect("an index per multi-language script")
         .1;
     let lowercase = LowercaseText::new(text);
-    let (alphabet_count, alphabet) = multi.alphabet_scores(&lowercase);
-    let (trigram_count, trigram) = trigram_scores(index, &lowercase);
+    let ((alphabet_count, alphabet), (trigram_count, trigram)) = COUNTS.with(|counts| {
+        let counts = &mut counts.borrow_mut();
+        counts.count(&lowercase);
+        (
+            multi.alphabet_scores(index, counts),
+            trigram_scores(index, &counts.ranked()),
+        )
+    });
 
     // `combined::raw_detect`: the alphabet's languages in its order, then the trigram stage's
     // others; each scored by the weighted sum; sorted by score, descending, unstably.
@@ -360,8 +585,72 @@ mod tests {
         let langs: usize = INDEXES.iter().map(|(_, i)| i.langs.len()).sum();
         assert_eq!(langs, 51);
         for (script, index) in INDEXES.iter() {
-            let postings: usize = index.postings.values().map(Vec::len).sum();
-            assert_eq!(postings, index.langs.len() * 300, "{script:?}");
+            assert_eq!(index.postings.len(), index.langs.len() * 300, "{script:?}");
+            // Every profile trigram is found, dense or not, with its language and rank.
+            for line in PROFILES.lines().filter(|l| l.starts_with(script.name())) {
+                let code = line.split('\t').nth(1).unwrap_or_default();
+                let lang = index.langs.iter().position(|l| l.code() == code);
+                let lang = lang.map(|l| l as u8).expect("the language is indexed");
+                let chars: Vec<char> = line
+                    .rsplit('\t')
+                    .next()
+                    .unwrap_or_default()
+                    .chars()
+                    .collect();
+                for (rank, t) in chars.chunks_exact(3).enumerate() {
+                    let postings = index.postings(pack(t[0], t[1], t[2]));
+                    assert!(postings.contains(&(lang, rank as u16)), "{code} {t:?}");
+                }
+            }
+        }
+        let latin = &INDEXES[0].1;
+        assert!(latin.dense.iter().filter(|&&s| s != 0).count() > 1000);
+        assert_eq!(latin.postings(pack('q', 'q', 'q')), &[]);
+    }
+
+    /// The alphabet stage from the counts against whatlang's own, on texts of every kind.
+    #[test]
+    fn alphabet_scores_are_whatlangs() {
+        let mut rng = Rng(7);
+        let pool: Vec<char> = ALPHABETS
+            .lines()
+            .filter(|l| !l.starts_with('#'))
+            .flat_map(|l| l.rsplit('\t').next().unwrap_or_default().chars())
+            .chain(" ,.!?0123456789-_()\n\u{7f}ABZ水".chars())
+            .collect();
+        for case in 0..2000 {
+            let len = [0, 1, 5, 40, 300, 1500][case % 6];
+            let text: String = (0..len).map(|_| pool[rng.below(pool.len())]).collect();
+            let lowercase = LowercaseText::new(&text);
+            let mut counts = Counts::new();
+            counts.count(&lowercase);
+            for (script, theirs) in [
+                (
+                    MultiScript::Latin,
+                    whatlang::dev::alphabet_latin_calculate_scores(
+                        &lowercase,
+                        &whatlang::dev::FilterList::All,
+                    ),
+                ),
+                (
+                    MultiScript::Cyrillic,
+                    whatlang::dev::alphabet_cyrillic_calculate_scores(
+                        &lowercase,
+                        &whatlang::dev::FilterList::All,
+                    ),
+                ),
+            ] {
+                let index = &INDEXES.iter().find(|(s, _)| *s == script).expect("index").1;
+                let (count, ours) = script.alphabet_scores(index, &counts);
+                let bits = |v: &[(Lang, f64)]| {
+                    v.iter().map(|&(l, s)| (l, s.to_bits())).collect::<Vec<_>>()
+                };
+                assert_eq!(
+                    (count, bits(&ours)),
+                    (theirs.count, bits(&theirs.scores)),
+                    "{script:?} {text:?}"
+                );
+            }
         }
     }
 

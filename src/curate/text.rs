@@ -101,7 +101,13 @@ impl<'c> RowText<'c> {
                 if !scope.includes(m.role) {
                     continue;
                 }
-                let text = cell.get_or_init(|| normalize(&message_text(m)));
+                let text = cell.get_or_init(|| {
+                    // The message's parts normalized one after the other: the same as
+                    // normalizing them joined by `"\n"` (a separator), without the copy.
+                    let mut text = String::new();
+                    for_each_part(m, &mut |part| normalize_into(&mut text, part));
+                    text
+                });
                 if !text.is_empty() {
                     if !out.is_empty() {
                         out.push(' ');
@@ -136,15 +142,20 @@ pub fn message_text(m: &Message) -> String {
 }
 
 fn push_message(out: &mut String, m: &Message) {
-    push_part(out, &m.content);
+    for_each_part(m, &mut |part| push_part(out, part));
+}
+
+/// Calls `f` with each of a message's texts, in [`scope_text`]'s order (empty ones too).
+fn for_each_part(m: &Message, f: &mut dyn FnMut(&str)) {
+    f(&m.content);
     if let Some(r) = &m.reasoning {
-        push_part(out, r);
+        f(r);
     }
     for call in &m.tool_calls {
         for value in call.arguments.values() {
             match value {
-                Value::String(s) => push_part(out, s),
-                other => push_part(out, &other.to_string()),
+                Value::String(s) => f(s),
+                other => f(&other.to_string()),
             }
         }
     }
@@ -168,12 +179,31 @@ fn push_part(out: &mut String, part: &str) {
 ///
 /// `"Hello,  WORLD!\n ｆｏｏ_bar"` → `"hello world foo bar"`.
 pub fn normalize(text: &str) -> String {
-    if text.is_ascii() {
-        return normalize_ascii(text);
-    }
     let mut out = String::with_capacity(text.len());
+    normalize_into(&mut out, text);
+    out
+}
+
+/// Appends [`normalize`]`(text)` to `out`, after a space when both are non-empty: `out` ends up
+/// as the normalization of its text and `text` joined by a separator.
+pub fn normalize_into(out: &mut String, text: &str) {
     // Whether a separator is owed before the next word character.
-    let mut gap = false;
+    let mut gap = !out.is_empty();
+    if text.is_ascii() {
+        // Most rows: NFKC leaves ASCII as it is, and every character is one byte.
+        for b in text.bytes() {
+            if b.is_ascii_alphanumeric() {
+                if gap {
+                    out.push(' ');
+                    gap = false;
+                }
+                out.push(char::from(b.to_ascii_lowercase()));
+            } else {
+                gap = !out.is_empty();
+            }
+        }
+        return;
+    }
     fn push(out: &mut String, c: char, gap: &mut bool) {
         if !c.is_alphanumeric() {
             *gap = !out.is_empty();
@@ -214,7 +244,7 @@ pub fn normalize(text: &str) -> String {
             }
         } else {
             for (c, _) in chunk.nfkc() {
-                push(&mut out, c, &mut gap);
+                push(out, c, &mut gap);
             }
         }
         if i < bytes.len() {
@@ -223,22 +253,6 @@ pub fn normalize(text: &str) -> String {
             i += 1;
         }
     }
-    out
-}
-
-/// [`normalize`] for ASCII text, which NFKC leaves as it is (most rows: the fast path).
-fn normalize_ascii(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for word in text
-        .split(|c: char| !c.is_ascii_alphanumeric())
-        .filter(|w| !w.is_empty())
-    {
-        if !out.is_empty() {
-            out.push(' ');
-        }
-        out.extend(word.chars().map(|c| c.to_ascii_lowercase()));
-    }
-    out
 }
 
 /// The words of [`normalize`]d text.

@@ -1,11 +1,14 @@
 #!/usr/bin/env python3
-"""Copy whatlang 0.18's trigram profiles (MIT, github.com/greyblake/whatlang-rs) into
-src/curate/language/profiles.tsv, the table behind chatshards' inverted-index detector.
+"""Copy whatlang 0.18's trigram profiles and alphabets (MIT, github.com/greyblake/whatlang-rs)
+into src/curate/language/profiles.tsv and alphabets.tsv, the tables behind chatshards'
+inverted-index detector.
 
 Usage: python3 tests/oracle/vendor_whatlang_profiles.py [PATH/TO/whatlang-0.18.0]
 (default: the crate's source in Cargo's registry, found with `cargo metadata`).
 Each output line: script, language (whatlang's code), then the language's 300 trigrams in rank
 order as one string of 900 characters (3 per trigram; spaces are part of trigrams).
+alphabets.tsv: script, language, its alphabet exactly as whatlang spells it (in its order, with
+any repeated or combining characters), languages in whatlang's table order.
 """
 import json
 import pathlib
@@ -48,6 +51,28 @@ def main() -> None:
     out = ROOT / "src/curate/language/profiles.tsv"
     out.write_text("\n".join(lines) + "\n", encoding="utf-8")
     print(f"wrote {out.relative_to(ROOT)}: {len(lines) - 1} languages")
+    alphabets(crate_dir())
+
+
+def alphabets(crate: pathlib.Path) -> None:
+    lines = ["# whatlang 0.18.0 alphabets (MIT, Copyright (c) 2017 Sergey Potapov), "
+             "written by tests/oracle/vendor_whatlang_profiles.py: script, lang, alphabet"]
+    for script in ["latin", "cyrillic"]:
+        src = (crate / f"src/alphabets/{script}.rs").read_text(encoding="utf-8")
+        consts = dict(re.findall(r'const (\w+): &str =\s*"(.*?)";', src, re.S))
+        table = re.search(r"_ALPHABETS: &\[\(Lang, &str\)\] = &\[(.*?)\];", src, re.S)
+        if not table:
+            sys.exit(f"{script}: no alphabet table")
+        for lang, const in re.findall(r"\(Lang::(\w+), (\w+)\)", table.group(1)):
+            alphabet = consts[const]
+            if "\t" in alphabet or "\\" in alphabet:
+                sys.exit(f"{script} {lang}: tab or escape in the alphabet")
+            lines.append(f"{script}\t{lang.lower()}\t{alphabet}")
+    if len(lines) != 1 + 37 + 6:
+        sys.exit(f"{len(lines) - 1} alphabets, expected 43")
+    out = ROOT / "src/curate/language/alphabets.tsv"
+    out.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    print(f"wrote {out.relative_to(ROOT)}: {len(lines) - 1} alphabets")
 
 
 if __name__ == "__main__":
