@@ -96,26 +96,25 @@ impl<'c> RowText<'c> {
     /// normalization starts afresh after each separator (the chunks of [`normalize`]).
     pub fn normalized(&self, scope: Scope) -> &str {
         self.normalized[scope.index()].get_or_init(|| {
-            let mut out = String::new();
-            for (m, cell) in self.conversation.messages.iter().zip(&self.messages) {
-                if !scope.includes(m.role) {
-                    continue;
-                }
-                let text = cell.get_or_init(|| {
-                    // The message's parts normalized one after the other: the same as
-                    // normalizing them joined by `"\n"` (a separator), without the copy.
-                    let mut text = String::new();
-                    for_each_part(m, &mut |part| normalize_into(&mut text, part));
-                    text
-                });
-                if !text.is_empty() {
-                    if !out.is_empty() {
-                        out.push(' ');
-                    }
-                    out.push_str(text);
-                }
-            }
-            out
+            let texts: Vec<&str> = self
+                .conversation
+                .messages
+                .iter()
+                .zip(&self.messages)
+                .filter(|(m, _)| scope.includes(m.role))
+                .map(|(m, cell)| {
+                    cell.get_or_init(|| {
+                        // The message's parts normalized one after the other: the same as
+                        // normalizing them joined by `"\n"` (a separator), without the copy.
+                        let mut text = String::with_capacity(m.content.len());
+                        for_each_part(m, &mut |part| normalize_into(&mut text, part));
+                        text
+                    })
+                    .as_str()
+                })
+                .filter(|t| !t.is_empty())
+                .collect();
+            texts.join(" ")
         })
     }
 }
