@@ -495,26 +495,18 @@ mod tests {
         assert_eq!(words.item_with(1, "beta gamma delta"), Some(2));
         assert_eq!(words.item_with(0, "eta gamma delta"), None);
         assert_eq!(words.item_with(0, "beta gamma delt"), None);
+        let item = |index: &DecontamIndex, text: &str| index.check_text(text).map(|h| h.item);
         assert_eq!(
-            words.check_text("Say: BETA, gamma; delta!").map(|h| h.item),
-            Some("item/0".to_owned())
-        );
-        assert_eq!(
-            words.check_text("beta gamma deltas").map(|h| h.item),
-            Some("item/1".into())
-        );
-        assert_eq!(words.check_text("gamma delta beta"), None);
-        let chars = index(DecontamMode::Chars, &["abcdef", "xyz"]);
-        assert_eq!(chars.item_with(0, "cdef"), Some(0));
-        assert_eq!(
-            chars.check_text("zzbcdezz").map(|h| h.item),
+            item(&words, "Say: BETA, gamma; delta!"),
             Some("item/0".into())
         );
+        assert_eq!(item(&words, "beta gamma deltas"), Some("item/1".into()));
+        assert_eq!(item(&words, "gamma delta beta"), None);
+        let chars = index(DecontamMode::Chars, &["abcdef", "xyz"]);
+        assert_eq!(chars.item_with(0, "cdef"), Some(0));
+        assert_eq!(item(&chars, "zzbcdezz"), Some("item/0".into()));
         // An item shorter than the window matches whole.
-        assert_eq!(
-            chars.check_text("..xyz..").map(|h| h.item),
-            Some("item/1".into())
-        );
+        assert_eq!(item(&chars, "..xyz.."), Some("item/1".into()));
         assert_eq!(chars.check_text("xy"), None);
     }
 }

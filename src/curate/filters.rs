@@ -1375,14 +1375,11 @@ mod tests {
         let pieces = [
             "a", "b c", " ", "\t", "\r", "\n", "\n\n", "{", "é", "1", "  x  ",
         ];
-        let mut state = 11u64;
+        let mut rng = super::super::Lcg(11);
         for _ in 0..3000 {
             let mut text = String::new();
-            for _ in 0..(state % 13) {
-                state = state
-                    .wrapping_mul(6364136223846793005)
-                    .wrapping_add(1442695040888963407);
-                text.push_str(pieces[(state >> 33) as usize % pieces.len()]);
+            for _ in 0..rng.below(13) {
+                text.push_str(pieces[rng.below(pieces.len() as u64) as usize]);
             }
             let plain_lines: Vec<&str> = text.split('\n').map(str::trim).collect();
             assert_eq!(lines(&text).collect::<Vec<_>>(), plain_lines, "{text:?}");
@@ -1418,13 +1415,8 @@ mod tests {
         assert_eq!(top_ngram_chars(&w, &lens, 9), 0);
         assert_eq!(duplicates(&["x", "yy", "x", "yy", "z"]), (2, 3, 7));
         // The level-by-level ids give the definitions' values, on texts with many repeats.
-        let mut state = 12345u64;
-        let mut next = |m: u64| {
-            state = state
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            (state >> 33) % m
-        };
+        let mut rng = super::super::Lcg(12345);
+        let mut next = |m: u64| rng.below(m);
         for round in 0..300 {
             let len = next(120) as usize;
             let vocab = 1 + next(if round % 3 == 0 { 3 } else { 40 });

@@ -26,3 +26,20 @@ pub mod select;
 pub mod text;
 
 pub use exact::Fingerprint;
+
+/// A small deterministic generator for the unit tests (Knuth's MMIX LCG), so that their random
+/// corpora are the same on every run.
+#[cfg(test)]
+pub(crate) struct Lcg(pub u64);
+
+#[cfg(test)]
+impl Lcg {
+    /// A number below `m`, from the state's high bits.
+    pub fn below(&mut self, m: u64) -> u64 {
+        self.0 = self
+            .0
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        (self.0 >> 33) % m
+    }
+}

@@ -408,22 +408,15 @@ mod tests {
             "Straße",
             "-",
         ];
-        let mut k = 0usize;
+        let mut rng = super::super::Lcg(0);
+        let mut part = || parts[rng.below(parts.len() as u64) as usize];
         for case in 0..300 {
             let mut messages = Vec::new();
             for j in 0..(case % 6) {
-                k = k
-                    .wrapping_mul(6364136223846793005)
-                    .wrapping_add(1442695040888963407);
-                let text = format!(
-                    "{}{}",
-                    parts[(k >> 33) % parts.len()],
-                    parts[(k >> 45) % parts.len()]
-                );
+                let text = format!("{}{}", part(), part());
                 messages.push(match j % 3 {
                     0 => Message::user(&text),
-                    1 => Message::assistant(&text)
-                        .with_reasoning(Some(parts[(k >> 20) % parts.len()].into())),
+                    1 => Message::assistant(&text).with_reasoning(Some(part().into())),
                     _ => Message::system(&text),
                 });
             }
