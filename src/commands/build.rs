@@ -266,7 +266,7 @@ fn build(
         processor.renderer.native(),
         settled.mix,
     )?;
-    let manifest_json = write::pretty(&serde_json::to_value(&manifest)?);
+    let manifest_json = write::pretty(&write::manifest::sealed(serde_json::to_value(&manifest)?));
     write_file(&staging.join("manifest.json"), &manifest_json)?;
     crate::commands::report::write_report(&staging)?;
 
