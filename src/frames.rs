@@ -114,7 +114,7 @@ impl<R: Read> FrameReader<R> {
     }
 
     /// The next frame's value; `None` at the end of the file, after a whole frame.
-    pub fn next<T: DeserializeOwned>(&mut self) -> Result<Option<T>, FrameError> {
+    pub fn read<T: DeserializeOwned>(&mut self) -> Result<Option<T>, FrameError> {
         let (index, offset) = (self.index, self.offset);
         let io = |source| FrameError::Io {
             index,
@@ -191,7 +191,7 @@ mod tests {
     fn read_all(bytes: &[u8]) -> Result<Vec<String>, FrameError> {
         let mut r = FrameReader::new(bytes, bytes.len() as u64);
         let mut out = Vec::new();
-        while let Some(v) = r.next::<String>()? {
+        while let Some(v) = r.read::<String>()? {
             out.push(v);
         }
         Ok(out)

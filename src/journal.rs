@@ -661,12 +661,12 @@ impl Replay {
     }
 
     fn try_frame(&mut self) -> Result<Option<Frame>, FrameError> {
-        self.frames.next()
+        self.frames.read()
     }
 
     /// The next frame, which must be there: a recorded pass ends with its end frame.
     fn frame(&mut self) -> Result<Frame, JournalError> {
-        match self.frames.next() {
+        match self.frames.read() {
             Ok(Some(frame)) => Ok(frame),
             Ok(None) => Err(self.damaged(&format!(
                 "cut short after frame {} at byte {}",

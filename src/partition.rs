@@ -295,7 +295,7 @@ impl PartReader {
         let damaged = |what: String| {
             PartError::Damaged(self.path.clone(), format!("{what}: build the part again"))
         };
-        match self.frames.next() {
+        match self.frames.read() {
             Ok(Some(frame)) => Ok(frame),
             Ok(None) => Err(damaged(format!(
                 "cut short after frame {} at byte {}",

@@ -554,7 +554,7 @@ fn verify_catches_any_edited_manifest_field_and_files_outside_the_dataset() {
         m.as_object()
             .expect("object")
             .keys()
-            .last()
+            .next_back()
             .map(String::as_str),
         Some("manifest_sha256")
     );
