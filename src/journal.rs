@@ -16,28 +16,28 @@
 //! `key.json` holds what the recorded passes depend on ([`ResumeKey`]); a resume whose key
 //! differs is refused, naming what changed.
 //!
-//! Files are frames of a little-endian `u32` length and a postcard value ([`Frame`]): a header
-//! naming the pass, its events, and an end frame with the event count and the positions.
+//! Files are checksummed frames ([`crate::frames`]) of a postcard value ([`Frame`]): a header
+//! naming the pass, its events, and an end frame with the event count and the positions. A
+//! frame that fails its check is damage, refused naming the file and the frame, except at the
+//! end of a pass cut short (a `.tmp`), where it is the torn write of a kill: the pass resumes
+//! from its last whole segment before it.
 
 use crate::curate::ledger::{Scanned, Work};
+use crate::frames::{FrameError, FrameReader};
 use crate::reject::RejectReason;
 use crate::write::SpillState;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::fs::{self, File};
-use std::io::{self, BufReader, BufWriter, Read, Write};
+use std::io::{self, BufReader, BufWriter, Write};
 use std::path::{Path, PathBuf};
 
 /// Version of the pass file format; a journal of another version is not resumed.
-const FORMAT: u32 = 2;
+const FORMAT: u32 = 3;
 
 /// Rows between two segments of a pass, unless the build says otherwise: a few seconds of work,
 /// and few enough syncs (each syncs every open spill bucket) to cost nothing measurable.
 pub const SEGMENT_ROWS: u64 = 100_000;
-
-/// The largest frame a journal holds (a row's record is a few hundred bytes; a rejected row's
-/// message is bounded by the row size).
-const MAX_FRAME: u32 = 1 << 30;
 
 #[derive(Debug, thiserror::Error)]
 pub enum JournalError {
@@ -134,8 +134,8 @@ enum FrameOut<'a> {
 }
 
 /// Everything the recorded passes depend on besides the tool's code: compared field by field
-/// when a build resumes (inputs by size and modification time: hashing gigabytes before a
-/// resume would cost what it saves).
+/// when a build resumes (inputs by size and content hash; a part's inputs, which a part does
+/// not hash, by size and modification time).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ResumeKey {
     pub tool_version: String,
@@ -154,10 +154,13 @@ pub struct InputStamp {
     pub path: String,
     pub bytes: u64,
     pub modified_ns: u64,
+    /// SHA-256 of the file's bytes, hashed before the build read them (none in a part's key).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sha256: Option<String>,
 }
 
 impl InputStamp {
-    pub fn of(path: &Path, shown: &str) -> io::Result<InputStamp> {
+    pub fn of(path: &Path, shown: &str, sha256: Option<String>) -> io::Result<InputStamp> {
         let meta = fs::metadata(path)?;
         let modified_ns = meta
             .modified()?
@@ -167,6 +170,7 @@ impl InputStamp {
             path: shown.to_owned(),
             bytes: meta.len(),
             modified_ns,
+            sha256,
         })
     }
 }
@@ -204,10 +208,19 @@ impl ResumeKey {
                     "input `{}` ({} bytes then, {} now)",
                     input.path, then.bytes, input.bytes
                 )),
-                Some(then) if then.modified_ns != input.modified_ns => {
-                    out.push(format!("input `{}` (modified since)", input.path))
-                }
-                Some(_) => {}
+                // Content when both were hashed: an edit that keeps the size and the time
+                // (`cp -p`, `touch -r`) is caught, a `touch` alone is not a change.
+                Some(then) => match (&then.sha256, &input.sha256) {
+                    (Some(a), Some(b)) if a != b => out.push(format!(
+                        "input `{}` (its content: SHA-256 {a} then, {b} now)",
+                        input.path
+                    )),
+                    (Some(_), Some(_)) => {}
+                    _ if then.modified_ns != input.modified_ns => {
+                        out.push(format!("input `{}` (modified since)", input.path))
+                    }
+                    _ => {}
+                },
             }
         }
         for then in &self.inputs {
@@ -472,26 +485,33 @@ impl Partial {
             return Ok(None);
         }
         let mut replay = Replay::open(path)?;
-        match replay.frame() {
-            Ok(Frame::Header {
+        match replay.try_frame() {
+            Ok(Some(Frame::Header {
                 format: FORMAT,
                 pass: p,
                 ..
-            }) if p as usize == pass => {}
+            })) if p as usize == pass => {}
+            Err(e) if !e.is_torn_tail() => return Err(replay.damaged(&e.to_string())),
             _ => return Ok(None),
         }
         let mut offset = replay.consumed();
         let mut last = None;
-        // Frames after the last segment may be torn (the kill came while they were written).
-        while let Ok(frame) = replay.frame() {
-            if let Frame::Segment {
-                events,
-                rows,
-                positions,
-            } = frame
-            {
-                offset = replay.consumed();
-                last = Some((events, rows, positions));
+        loop {
+            match replay.try_frame() {
+                Ok(Some(Frame::Segment {
+                    events,
+                    rows,
+                    positions,
+                })) => {
+                    offset = replay.consumed();
+                    last = Some((events, rows, positions));
+                }
+                Ok(Some(_)) => {}
+                Ok(None) => break,
+                // The last frame may be torn (the kill came while it was written): the pass
+                // ends before it. Damage before it is not a kill's doing.
+                Err(e) if e.is_torn_tail() => break,
+                Err(e) => return Err(replay.damaged(&e.to_string())),
             }
         }
         let Some((events, rows, positions)) = last else {
@@ -560,12 +580,8 @@ impl Recorder {
             return Ok(());
         };
         let err = |e| JournalError::Write(self.tmp.clone(), e);
-        let bytes = postcard::to_stdvec(frame).map_err(|e| err(io::Error::other(e)))?;
-        let len = u32::try_from(bytes.len())
-            .map_err(|_| err(io::Error::other("a record too large for the journal")))?;
-        w.write_all(&len.to_le_bytes())
-            .and_then(|()| w.write_all(&bytes))
-            .map_err(err)
+        let bytes = crate::frames::to_vec(frame).map_err(|e| err(io::Error::other(e)))?;
+        w.write_all(&bytes).map_err(err)
     }
 
     /// Records a segment: the pass's first `rows` input rows are done, and the files stand at
@@ -615,27 +631,23 @@ impl Recorder {
 
 /// Reads a recorded pass back.
 pub struct Replay {
-    reader: BufReader<File>,
+    frames: FrameReader<BufReader<File>>,
     path: PathBuf,
     events: u64,
     /// For a pass cut short: the events of its recorded segments.
     limit: Option<u64>,
-    /// Bytes of the frames read so far.
-    offset: u64,
-    buffer: Vec<u8>,
 }
 
 impl Replay {
     fn open(path: &Path) -> Result<Replay, JournalError> {
-        let file =
-            File::open(path).map_err(|e| JournalError::Damaged(path.to_owned(), e.to_string()))?;
+        let damaged = |e: io::Error| JournalError::Damaged(path.to_owned(), e.to_string());
+        let file = File::open(path).map_err(damaged)?;
+        let len = file.metadata().map_err(damaged)?.len();
         Ok(Replay {
-            reader: BufReader::with_capacity(1 << 20, file),
+            frames: FrameReader::new(BufReader::with_capacity(1 << 20, file), len),
             path: path.to_owned(),
             events: 0,
             limit: None,
-            offset: 0,
-            buffer: Vec::new(),
         })
     }
 
@@ -645,25 +657,24 @@ impl Replay {
 
     /// Bytes of the file read so far (frames read whole).
     fn consumed(&self) -> u64 {
-        self.offset
+        self.frames.offset()
     }
 
+    fn try_frame(&mut self) -> Result<Option<Frame>, FrameError> {
+        self.frames.read()
+    }
+
+    /// The next frame, which must be there: a recorded pass ends with its end frame.
     fn frame(&mut self) -> Result<Frame, JournalError> {
-        let mut len = [0u8; 4];
-        self.reader
-            .read_exact(&mut len)
-            .map_err(|e| self.damaged(&format!("cut short: {e}")))?;
-        let len = u32::from_le_bytes(len);
-        if len > MAX_FRAME {
-            return Err(self.damaged(&format!("a frame of {len} bytes")));
+        match self.frames.read() {
+            Ok(Some(frame)) => Ok(frame),
+            Ok(None) => Err(self.damaged(&format!(
+                "cut short after frame {} at byte {}",
+                self.frames.index(),
+                self.frames.offset()
+            ))),
+            Err(e) => Err(self.damaged(&e.to_string())),
         }
-        self.buffer.resize(len as usize, 0);
-        self.reader
-            .read_exact(&mut self.buffer)
-            .map_err(|e| JournalError::Damaged(self.path.clone(), format!("cut short: {e}")))?;
-        let frame = postcard::from_bytes(&self.buffer).map_err(|e| self.damaged(&e.to_string()))?;
-        self.offset += 4 + u64::from(len);
-        Ok(frame)
     }
 
     /// The next event of the pass, `None` at its end.
@@ -703,6 +714,7 @@ mod tests {
                 path: "data/a.jsonl".into(),
                 bytes: 10,
                 modified_ns: 1,
+                sha256: None,
             }],
         }
     }
@@ -833,6 +845,121 @@ mod tests {
         assert_eq!(seen, ["f0", "f1", "f2", "f3", "f4"]);
     }
 
+    /// Records pass 0 whole and pass 1 in two segments (killed after them); the two files.
+    fn recorded(dir: &Path) -> (PathBuf, PathBuf) {
+        let mut journal = Journal::open(dir, &key(), 1).expect("open");
+        let PassMode::Record(mut r) = journal.begin(PassKind::Scan, 0).expect("begin") else {
+            panic!("a new journal replays")
+        };
+        r.record(&RowEvent::Filtered("a".into())).expect("record");
+        r.finish(Positions::default()).expect("finish");
+        let PassMode::Record(mut r) = journal.begin(PassKind::Scan, 1).expect("begin") else {
+            panic!("a new journal replays")
+        };
+        for i in 0..2u64 {
+            r.record(&RowEvent::Filtered(format!("f{i}")))
+                .expect("record");
+            r.segment(i + 1, Positions::default()).expect("segment");
+        }
+        drop(r);
+        (dir.join("pass-000000.bin"), dir.join("pass-000001.tmp"))
+    }
+
+    fn open_err(dir: &Path) -> String {
+        match Journal::open(dir, &key(), 1) {
+            Err(e) => e.to_string(),
+            Ok(mut j) => match j.begin(PassKind::Scan, 0) {
+                Err(e) => e.to_string(),
+                Ok(PassMode::Replay(mut r)) => loop {
+                    match r.next_event() {
+                        Err(e) => break e.to_string(),
+                        Ok(Some(_)) => {}
+                        Ok(None) => panic!("a damaged journal replayed"),
+                    }
+                },
+                Ok(_) => panic!("a damaged journal was not replayed"),
+            },
+        }
+    }
+
+    #[test]
+    fn a_flipped_bit_in_any_frame_is_refused_naming_the_file_and_frame() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (bin, tmp) = recorded(dir.path());
+        let good = (fs::read(&bin).expect("bin"), fs::read(&tmp).expect("tmp"));
+        // The event frame of the whole pass: frame 1, after the header frame.
+        let header = 12 + u32::from_le_bytes(good.0[..4].try_into().expect("len")) as usize;
+        let mut bad = good.0.clone();
+        bad[header + 12] ^= 4;
+        fs::write(&bin, &bad).expect("write");
+        let err = open_err(dir.path());
+        assert!(
+            err.contains("pass-000000.bin` is damaged (frame 1 at byte")
+                && err.contains("fails its checksum"),
+            "{err}"
+        );
+        fs::write(&bin, &good.0).expect("write");
+        // The segmented pass, damaged in its first event (frames follow it): refused too.
+        let header = 12 + u32::from_le_bytes(good.1[..4].try_into().expect("len")) as usize;
+        let mut bad = good.1.clone();
+        bad[header + 12] ^= 4;
+        fs::write(&tmp, &bad).expect("write");
+        let err = match Journal::open(dir.path(), &key(), 1) {
+            Err(e) => e.to_string(),
+            Ok(_) => panic!("a damaged segment was resumed"),
+        };
+        assert_eq!(
+            err,
+            format!(
+                "the build journal `{}` is damaged (frame 1 at byte {header} fails its checksum); \
+                 run the build with `--fresh` to start over",
+                tmp.display()
+            )
+        );
+        // A flipped bit in the whole pass's end frame (the last frame of a renamed file):
+        // damage, not a torn write.
+        let mut bad = good.0.clone();
+        let n = bad.len();
+        bad[n - 1] ^= 1;
+        fs::write(&bin, &bad).expect("write");
+        fs::write(&tmp, &good.1).expect("write");
+        let err = open_err(dir.path());
+        assert!(err.contains("pass-000000.bin` is damaged (frame"), "{err}");
+    }
+
+    #[test]
+    fn a_pass_cut_anywhere_in_its_last_frame_resumes_from_the_segment_before() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (_, tmp) = recorded(dir.path());
+        let good = fs::read(&tmp).expect("tmp");
+        // The frames: header, f0, segment 1, f1, segment 2. Cut inside the last frame (or its
+        // last byte flipped, a torn write): the pass resumes after segment 1.
+        let mut ends = Vec::new();
+        let mut at = 0;
+        while at < good.len() {
+            at += 12 + u32::from_le_bytes(good[at..at + 4].try_into().expect("len")) as usize;
+            ends.push(at);
+        }
+        assert_eq!(ends.len(), 5);
+        let mut cases: Vec<Vec<u8>> = (ends[3] + 1..ends[4])
+            .map(|cut| good[..cut].to_vec())
+            .collect();
+        let mut flipped = good.clone();
+        flipped[ends[4] - 1] ^= 1;
+        cases.push(flipped);
+        for case in cases {
+            fs::write(&tmp, &case).expect("write");
+            let journal = Journal::open(dir.path(), &key(), 1).expect("a torn tail resumes");
+            assert_eq!(journal.recorded(), 1);
+            assert_eq!(journal.recorded_rows(), 1, "{} bytes", case.len());
+            assert_eq!(
+                fs::metadata(&tmp).expect("tmp").len(),
+                ends[2] as u64,
+                "cut back to the segment"
+            );
+        }
+    }
+
     #[test]
     fn differences_name_what_changed() {
         let then = key();
@@ -844,6 +971,7 @@ mod tests {
             path: "data/b.jsonl".into(),
             bytes: 1,
             modified_ns: 1,
+            sha256: None,
         });
         assert_eq!(
             then.differences(&now),
@@ -852,6 +980,18 @@ mod tests {
                 "input `data/a.jsonl` (modified since)",
                 "input `data/b.jsonl` (new)"
             ]
+        );
+        // Hashed inputs compare by content, not by time.
+        let hashed = |sha: &str, modified_ns| {
+            let mut k = key();
+            k.inputs[0].sha256 = Some(sha.into());
+            k.inputs[0].modified_ns = modified_ns;
+            k
+        };
+        assert!(hashed("aa", 1).differences(&hashed("aa", 2)).is_empty());
+        assert_eq!(
+            hashed("aa", 1).differences(&hashed("bb", 1)),
+            ["input `data/a.jsonl` (its content: SHA-256 aa then, bb now)"]
         );
     }
 }

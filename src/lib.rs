@@ -9,6 +9,7 @@ pub mod cli;
 pub mod commands;
 pub mod conversation;
 pub mod curate;
+pub mod frames;
 pub mod hub;
 pub mod journal;
 pub mod partition;

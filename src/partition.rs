@@ -18,12 +18,14 @@
 //! count 0 there) (a line's number is known only after reading every byte before it, which
 //! no part does).
 //!
-//! **Format** (`PART-I-of-N.bin`, written as `.tmp` and renamed when complete): postcard frames
-//! (4-byte little-endian length, then the frame): a header with the part's index, the part
+//! **Format** (`PART-I-of-N.bin`, written as `.tmp` and renamed when complete): checksummed
+//! frames of postcard values ([`crate::frames`]; a frame that fails its check is refused, naming
+//! the part file, the frame and its byte offset): a header with the part's index, the part
 //! count and the build's [`ResumeKey`] (pipeline, lockfile, template, tokenizer, tool version,
 //! every input's size and modification time); per source and file, the rows in read order and
 //! a file end with the counts; an end frame with the row count.
 
+use crate::frames::FrameReader;
 use crate::journal::ResumeKey;
 use crate::pipeline::ScanRow;
 use crate::plan::Plan;
@@ -31,14 +33,11 @@ use crate::read::{FileSample, ReadError, Sampling, Splitting};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::fs::{self, File};
-use std::io::{self, BufReader, BufWriter, Read, Write};
+use std::io::{self, BufReader, BufWriter, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-const PART_FORMAT: u32 = 1;
-/// Largest frame a merge accepts (a row's record is a few hundred bytes; a rejected row's
-/// message is bounded by the reader's row limit).
-const MAX_FRAME: u32 = 1 << 30;
+const PART_FORMAT: u32 = 2;
 
 /// Which part of how many.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -185,17 +184,6 @@ enum Frame {
     },
 }
 
-fn frame_bytes(frame: &Frame) -> io::Result<Vec<u8>> {
-    let bytes = postcard::to_stdvec(frame).map_err(io::Error::other)?;
-    let len = u32::try_from(bytes.len())
-        .ok()
-        .filter(|&l| l <= MAX_FRAME)
-        .ok_or_else(|| io::Error::other("a row record over 1 GiB"))?;
-    let mut out = len.to_le_bytes().to_vec();
-    out.extend_from_slice(&bytes);
-    Ok(out)
-}
-
 /// Writes one part's records.
 pub struct PartWriter {
     writer: BufWriter<File>,
@@ -226,7 +214,8 @@ impl PartWriter {
     }
 
     fn frame(&mut self, frame: &Frame) -> io::Result<()> {
-        self.writer.write_all(&frame_bytes(frame)?)
+        let bytes = crate::frames::to_vec(frame).map_err(io::Error::other)?;
+        self.writer.write_all(&bytes)
     }
 
     pub fn row(&mut self, file: u32, row: u64, shown: u64, scan: ScanRow) -> io::Result<()> {
@@ -295,28 +284,26 @@ pub enum PartError {
 
 /// One part being replayed.
 struct PartReader {
-    reader: BufReader<File>,
+    frames: FrameReader<BufReader<File>>,
     path: PathBuf,
-    buffer: Vec<u8>,
     rows: u64,
 }
 
 impl PartReader {
+    /// The next frame, which must be there (a part ends with its end frame) and pass its check.
     fn frame(&mut self) -> Result<Frame, PartError> {
-        let damaged = |p: &Path, what: String| PartError::Damaged(p.to_owned(), what);
-        let mut len = [0u8; 4];
-        self.reader
-            .read_exact(&mut len)
-            .map_err(|e| damaged(&self.path, format!("cut short ({e}): build the part again")))?;
-        let len = u32::from_le_bytes(len);
-        if len > MAX_FRAME {
-            return Err(damaged(&self.path, format!("a frame of {len} bytes")));
+        let damaged = |what: String| {
+            PartError::Damaged(self.path.clone(), format!("{what}: build the part again"))
+        };
+        match self.frames.read() {
+            Ok(Some(frame)) => Ok(frame),
+            Ok(None) => Err(damaged(format!(
+                "cut short after frame {} at byte {}",
+                self.frames.index(),
+                self.frames.offset()
+            ))),
+            Err(e) => Err(damaged(e.to_string())),
         }
-        self.buffer.resize(len as usize, 0);
-        self.reader
-            .read_exact(&mut self.buffer)
-            .map_err(|e| damaged(&self.path, format!("cut short ({e}): build the part again")))?;
-        postcard::from_bytes(&self.buffer).map_err(|e| damaged(&self.path, e.to_string()))
     }
 }
 
@@ -344,10 +331,13 @@ impl Parts {
                 }
                 Err(e) => return Err(PartError::Io(path, e)),
             };
+            let len = file
+                .metadata()
+                .map_err(|e| PartError::Io(path.clone(), e))?
+                .len();
             let mut part = PartReader {
-                reader: BufReader::with_capacity(1 << 20, file),
+                frames: FrameReader::new(BufReader::with_capacity(1 << 20, file), len),
                 path: path.clone(),
-                buffer: Vec::new(),
                 rows: 0,
             };
             match part.frame()? {

@@ -13,17 +13,17 @@ impl Printer {
     /// A message for the user (stderr).
     pub fn info(&self, message: &str) {
         if *self != Printer::Quiet {
-            eprintln!("{message}");
+            to_stderr(message);
         }
     }
 
     /// Output the user asked for by name (stderr), printed even with `--quiet`.
     pub fn requested(&self, message: &str) {
-        eprintln!("{message}");
+        to_stderr(message);
     }
 
     pub fn error(&self, message: &str) {
-        eprintln!("{message}");
+        to_stderr(message);
     }
 
     /// Whether progress bars may be drawn.
@@ -35,4 +35,13 @@ impl Printer {
     pub fn data(out: &mut impl Write, text: &str) -> std::io::Result<()> {
         out.write_all(text.as_bytes())
     }
+}
+
+/// A line on stderr. A stderr that cannot be written (a closed pipe) loses the message but
+/// neither panics (`eprintln!` does) nor changes the exit status.
+fn to_stderr(message: &str) {
+    let mut err = std::io::stderr().lock();
+    let _ = err
+        .write_all(message.as_bytes())
+        .and_then(|()| err.write_all(b"\n"));
 }

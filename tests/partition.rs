@@ -1,7 +1,7 @@
 //! Partitioned builds: N parts (`build --part I/N`) merged (`merge --parts N`) are byte for byte
 //! the single build, for N = 1, 2, 3 and 7, on the demo and on a generated multi-source
 //! pipeline (duplicates across parts, blank and bad lines, near-duplicates, `take`, a weighted
-//! mix); a rerun part writes the same bytes; a merge refuses missing, misplaced and stale parts.
+//! mix); a rerun part writes the same bytes; a merge refuses missing, misplaced, stale and damaged parts.
 
 mod common;
 use common::{bin, project, snapshot, stderr};
@@ -234,6 +234,26 @@ fn a_rerun_part_writes_the_same_bytes_and_a_merge_refuses_bad_parts() {
         "the pipeline's settings",
     ]);
     std::fs::write(&p, yaml).expect("restore");
+    // Damaged: one flipped bit in the last byte of part 1's first row record (frame 1, after
+    // the header frame: each frame is a 4-byte length, an 8-byte checksum, the record).
+    let good = std::fs::read(file(1)).expect("part 1");
+    let u32_at = |at: usize| u32::from_le_bytes(good[at..at + 4].try_into().expect("4 bytes"));
+    let row = 12 + u32_at(0) as usize;
+    let mut flipped = good.clone();
+    flipped[row + 12 + u32_at(row) as usize - 1] ^= 0x10;
+    std::fs::write(file(1), &flipped).expect("flip");
+    refused(&[
+        "part-00001-of-00003.bin",
+        &format!("frame 1 at byte {row} fails its checksum"),
+        "build the part again",
+    ]);
+    // Cut short inside a frame.
+    std::fs::write(file(1), &good[..good.len() - 3]).expect("cut");
+    refused(&[
+        "part-00001-of-00003.bin",
+        "is cut short by the end of the file",
+    ]);
+    std::fs::write(file(1), &good).expect("restore");
     run(&mut merge(&p, 3));
 
     // No index to take.

@@ -241,3 +241,95 @@ fn sigint_after_a_pass_keeps_the_build_to_go_on_from() {
         snapshot(&reference.path().join("out"))
     );
 }
+
+/// Replaces the first `needle` of `path` with `with`, of the same length, keeping the file's
+/// size and modification time (as `cp -p` or `touch -r` would).
+fn edit_keeping_size_and_time(path: &Path, needle: &str, with: &str) {
+    assert_eq!(needle.len(), with.len());
+    let modified = std::fs::metadata(path)
+        .and_then(|m| m.modified())
+        .expect("mtime");
+    let text = std::fs::read_to_string(path).expect("read");
+    assert!(
+        text.contains(needle),
+        "`{needle}` not in `{}`",
+        path.display()
+    );
+    std::fs::write(path, text.replacen(needle, with, 1)).expect("edit");
+    let file = std::fs::File::options()
+        .write(true)
+        .open(path)
+        .expect("open");
+    file.set_modified(modified).expect("touch -r");
+}
+
+fn sha256_of(path: &Path) -> String {
+    use sha2::Digest;
+    hex::encode(sha2::Sha256::digest(std::fs::read(path).expect("read")))
+}
+
+#[test]
+fn a_resume_of_an_input_edited_keeping_its_size_and_time_is_refused() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let p = project(tmp.path(), "mix: {target: rows, total: 220}");
+    let child = build(&p)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn");
+    assert!(kill_after_pass(child, &p, 0));
+    let chat = tmp.path().join("data/chat.jsonl");
+    let (bytes, then) = (
+        std::fs::metadata(&chat).expect("chat").len(),
+        sha256_of(&chat),
+    );
+    edit_keeping_size_and_time(&chat, "Write helpers.", "Wrote helpers.");
+    assert_eq!(std::fs::metadata(&chat).expect("chat").len(), bytes);
+    let out = build(&p).output().expect("build");
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains(&format!(
+            "input `data/chat.jsonl` (its content: SHA-256 {then} then, {} now) changed since",
+            sha256_of(&chat)
+        )),
+        "{}",
+        stderr(&out)
+    );
+    assert!(journal(&p).join("pass-000000.bin").is_file());
+}
+
+#[test]
+fn an_input_edited_while_the_build_reads_it_fails_the_build() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let p = project(tmp.path(), "mix: {target: rows, total: 220}");
+    // A segment every row: slow enough to edit the input while the first scan reads it.
+    let mut child = build(&p)
+        .env("CHATSHARDS_CHECKPOINT_ROWS", "1")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let partial = journal(&p).join("pass-000000.tmp");
+    let started = Instant::now();
+    while std::fs::metadata(&partial).map_or(true, |m| m.len() == 0) {
+        assert!(started.elapsed() < DEADLINE, "no segment of pass 0");
+        assert!(child.try_wait().expect("wait").is_none(), "ended first");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let chat = tmp.path().join("data/chat.jsonl");
+    let then = sha256_of(&chat);
+    edit_keeping_size_and_time(&chat, "Write helpers.", "Wrote helpers.");
+    let out = child.wait_with_output().expect("wait");
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let bytes = std::fs::metadata(&chat).expect("chat").len();
+    assert!(
+        stderr(&out).contains(&format!(
+            "input `data/chat.jsonl` changed while the build read it ({bytes} bytes with \
+             SHA-256 {then} before, {bytes} bytes with SHA-256 {} after)",
+            sha256_of(&chat)
+        )),
+        "{}",
+        stderr(&out)
+    );
+    assert!(!tmp.path().join("out").exists(), "a dataset was written");
+}

@@ -543,6 +543,143 @@ fn verify_names_the_first_difference() {
     );
 }
 
+/// The manifest seals itself: an edit of any field, even one no other check looks at, fails
+/// `verify`; every file it names must be a plain file inside the dataset directory.
+#[test]
+fn verify_catches_any_edited_manifest_field_and_files_outside_the_dataset() {
+    let b = builds();
+    let m = manifest(&b.base);
+    let seal = m["manifest_sha256"].as_str().expect("seal").to_owned();
+    assert_eq!(
+        m.as_object()
+            .expect("object")
+            .keys()
+            .next_back()
+            .map(String::as_str),
+        Some("manifest_sha256")
+    );
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let damaged = |name: &str, damage: &dyn Fn(&Path)| -> String {
+        let dir = tmp.path().join(name);
+        copy_dir(&b.base, &dir);
+        damage(&dir);
+        let out = verify(&dir, &[]);
+        assert_eq!(out.status.code(), Some(1), "{name}: {}", stderr(&out));
+        stderr(&out)
+    };
+    let edit_manifest = |dir: &Path, edit: &dyn Fn(&mut Value)| {
+        let mut m = manifest(dir);
+        edit(&mut m);
+        std::fs::write(dir.join("manifest.json"), m.to_string()).expect("write");
+    };
+    type Edit = fn(&mut Value);
+    let edits: [(&str, Edit); 7] = [
+        ("seed", |m| m["settings"]["seed"] = Value::from(8)),
+        ("max_tokens", |m| {
+            m["settings"]["max_tokens"] = Value::from(1)
+        }),
+        ("dedup", |m| m["settings"]["dedup"] = Value::Null),
+        ("tokens", |m| {
+            m["tokens"] = Value::from(m["tokens"].as_u64().expect("tokens") + 1)
+        }),
+        ("name", |m| m["name"] = Value::from("other")),
+        ("read_kept", |m| {
+            for key in ["read", "kept"] {
+                let n = m["sources"]["chat"][key].as_u64().expect("count");
+                m["sources"]["chat"][key] = Value::from(n + 1);
+            }
+        }),
+        ("sealed_again_elsewhere", |m| {
+            m["manifest_sha256"] = Value::from("0".repeat(64));
+        }),
+    ];
+    for (name, edit) in edits {
+        let message = damaged(name, &|dir| edit_manifest(dir, &|m| edit(m)));
+        let path = tmp.path().join(name).join("manifest.json");
+        assert!(
+            message.starts_with(&format!(
+                "error: `{}`: the manifest was edited after the build: its content hashes to ",
+                path.display()
+            )) && message.contains(", but its manifest_sha256 records "),
+            "{name}: {message}"
+        );
+        if name != "sealed_again_elsewhere" {
+            assert!(
+                message.ends_with(&format!("records {seal}\n")),
+                "{name}: {message}"
+            );
+        }
+    }
+    let message = damaged("unsealed", &|dir| {
+        edit_manifest(dir, &|m| {
+            m.as_object_mut().expect("object").remove("manifest_sha256");
+        })
+    });
+    assert!(message.contains("no manifest_sha256"), "{message}");
+
+    // Names that leave the directory: refused before anything is read.
+    let outside = tmp.path().join("outside.arrow");
+    std::fs::copy(
+        b.base.join(m["shards"][0]["file"].as_str().expect("shard")),
+        &outside,
+    )
+    .expect("copy");
+    for (name, file) in [
+        ("dotdot", "../outside.arrow".to_owned()),
+        ("absolute", outside.display().to_string()),
+        ("nested", "sub/data.arrow".to_owned()),
+    ] {
+        let message = damaged(name, &|dir| {
+            edit_manifest(dir, &|m| m["shards"][0]["file"] = Value::from(file.clone()))
+        });
+        assert!(
+            message.contains(&format!(
+                "names the shard `{file}`, which is not a file name inside the dataset directory"
+            )),
+            "{name}: {message}"
+        );
+    }
+    // A shard replaced by a symbolic link to a copy outside (bytes and hashes all match).
+    let shard = m["shards"][0]["file"].as_str().expect("shard");
+    let message = damaged("symlink", &|dir| {
+        std::fs::remove_file(dir.join(shard)).expect("rm");
+        std::os::unix::fs::symlink(&outside, dir.join(shard)).expect("symlink");
+    });
+    assert!(
+        message.contains(&format!(
+            "`{}` is a symbolic link: the files of a dataset are plain files inside its directory",
+            tmp.path().join("symlink").join(shard).display()
+        )),
+        "{message}"
+    );
+}
+
+/// A closed stderr loses the messages, not the exit status: no panic (101).
+#[test]
+fn verify_with_a_closed_stderr_exits_with_its_status() {
+    let b = builds();
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path().join("edited");
+    copy_dir(&b.base, &dir);
+    let mut m = manifest(&dir);
+    m["settings"]["seed"] = Value::from(8);
+    std::fs::write(dir.join("manifest.json"), m.to_string()).expect("write");
+    for (path, code) in [(&b.base, 0), (&dir, 1)] {
+        let mut child = bin()
+            .arg("verify")
+            .arg(path)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("spawn");
+        // Both pipes closed before the process writes to them.
+        drop(child.stderr.take());
+        drop(child.stdout.take());
+        let status = child.wait().expect("wait");
+        assert_eq!(status.code(), Some(code), "{}", path.display());
+    }
+}
+
 #[test]
 fn verify_rebuild_reproduces_every_byte_and_catches_a_changed_input() {
     let tmp = tempfile::tempdir().expect("tempdir");

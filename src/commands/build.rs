@@ -47,31 +47,30 @@ pub fn run(args: &BuildArgs, printer: &Printer) -> Result<()> {
     if let Some(output) = &args.output {
         plan.output_dir = output.clone();
     }
-    // Hashing the inputs for the manifest (gigabytes for a full build) runs beside the whole
-    // build, off its critical path; an error cancels it.
-    let cancel = AtomicBool::new(false);
     // Always measured (a few clock reads per batch); printed with `--timings`.
     let timings = Timings::default();
-    std::thread::scope(|scope| {
-        let hashing = scope.spawn(|| input_files(&plan, &cancel, &timings));
-        let built = build(&plan, args, hashing, printer, started, &timings);
-        cancel.store(true, Ordering::Relaxed);
-        built
-    })
+    build(&plan, args, printer, started, &timings)
 }
 
-/// The build proper; `hashing` yields the inputs' sizes and hashes.
+/// The build proper.
 fn build(
     plan: &Plan,
     args: &BuildArgs,
-    hashing: std::thread::ScopedJoinHandle<Result<Vec<InputFile>>>,
     printer: &Printer,
     started: Instant,
     timings: &Timings,
 ) -> Result<()> {
-    // First: a refused or locked output directory fails at once, before any work.
+    let threads = args.threads.unwrap_or(0);
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .build()
+        .context("failed to start the thread pool")?;
+    // The inputs are hashed before the build reads them (in parallel over the files), and again
+    // once it has read them: the manifest's hashes are of the bytes the rows came from, and a
+    // resume compares content, not sizes and times.
+    let input_files = pool.install(|| input_files(plan))?;
     let out = &plan.output_dir;
-    let key = resume_key(plan)?;
+    let key = resume_key(plan, Some(&input_files))?;
     let parts = match &args.merge {
         Some((dir, count)) => {
             let dir = dir
@@ -112,11 +111,6 @@ fn build(
         ),
         None => "renderer: minijinja".to_owned(),
     });
-    let threads = args.threads.unwrap_or(0);
-    let pool = rayon::ThreadPoolBuilder::new()
-        .num_threads(threads)
-        .build()
-        .context("failed to start the thread pool")?;
     let progress = BuildProgress::new(printer, plan)?;
     let spill_dir = work_dir.join(write::output::SPILL);
     let rejects_path = staging.join("rejects.jsonl");
@@ -213,7 +207,8 @@ fn build(
 
     let source_names = Arc::new(plan.sources.iter().map(|s| s.name.clone()).collect());
     // The side outputs are complete: they are hashed (read back, up to gigabytes) beside the
-    // shard writing.
+    // shard writing, and so are the inputs, which must not have changed while they were read.
+    let cancel = AtomicBool::new(false);
     let (shards, side_files) = std::thread::scope(|scope| {
         let side = scope.spawn(|| {
             summarize(
@@ -221,6 +216,7 @@ fn build(
                 &["conversations.jsonl", "rejects.jsonl", "filtered.jsonl"],
             )
         });
+        let reread = scope.spawn(|| inputs_unchanged(plan, &input_files, &cancel, timings));
         let layout = write::ShardLayout {
             total_rows,
             rows_per_shard: plan.rows_per_shard,
@@ -228,17 +224,18 @@ fn build(
             excluded: &settled.excluded,
         };
         let shards = write::write_shards(&staging, spill, &layout, source_names, &mut row_stats);
-        let side = match side.join() {
-            Ok(side) => side,
-            Err(panic) => std::panic::resume_unwind(panic),
+        if shards.is_err() {
+            cancel.store(true, Ordering::Relaxed);
+        }
+        let (side, reread) = match (side.join(), reread.join()) {
+            (Ok(side), Ok(reread)) => (side, reread),
+            (Err(panic), _) | (_, Err(panic)) => std::panic::resume_unwind(panic),
         };
-        Ok::<_, anyhow::Error>((shards?, side?))
+        let shards = shards?;
+        reread?;
+        Ok::<_, anyhow::Error>((shards, side?))
     })?;
     crate::commands::stats::write_stats_files(&staging, &row_stats)?;
-    let input_files = match hashing.join() {
-        Ok(files) => files?,
-        Err(panic) => std::panic::resume_unwind(panic),
-    };
 
     let shard_files: Vec<String> = shards.iter().map(|s| s.file.clone()).collect();
     let dataset_sha256 = identity::dataset_sha256(shards.iter().map(|s| s.sha256.as_str()));
@@ -269,7 +266,7 @@ fn build(
         processor.renderer.native(),
         settled.mix,
     )?;
-    let manifest_json = write::pretty(&serde_json::to_value(&manifest)?);
+    let manifest_json = write::pretty(&write::manifest::sealed(serde_json::to_value(&manifest)?));
     write_file(&staging.join("manifest.json"), &manifest_json)?;
     crate::commands::report::write_report(&staging)?;
 
@@ -313,7 +310,9 @@ fn segment_rows() -> Result<u64> {
 }
 
 /// What an interrupted build must share with this one to be gone on from.
-pub fn resume_key(plan: &Plan) -> Result<ResumeKey> {
+/// `hashed`: the inputs' hashes, in [`input_files`]' order (a part, which does not hash its
+/// inputs, has none and compares them by size and modification time).
+pub fn resume_key(plan: &Plan, hashed: Option<&[InputFile]>) -> Result<ResumeKey> {
     let pipeline = identity::pipeline_value(&plan.pipeline_yaml)
         .with_context(|| format!("failed to read `{}`", plan.path.display()))?;
     let mut inputs = Vec::new();
@@ -326,9 +325,10 @@ pub fn resume_key(plan: &Plan) -> Result<ResumeKey> {
         .iter()
         .flat_map(|d| d.files.iter().zip(&d.display_files))
         .flat_map(|(paths, shown)| paths.iter().zip(shown));
-    for (path, shown) in sources.chain(benchmarks) {
+    for (i, (path, shown)) in sources.chain(benchmarks).enumerate() {
+        let sha256 = hashed.and_then(|h| h.get(i)).map(|f| f.sha256.clone());
         inputs.push(
-            InputStamp::of(path, shown)
+            InputStamp::of(path, shown, sha256)
                 .with_context(|| format!("failed to read `{}`", path.display()))?,
         );
     }
@@ -391,20 +391,18 @@ fn placement(plan: &Plan) -> write::output::Placement<'_> {
     }
 }
 
-/// Size and SHA-256 of every input file, for the manifest. Stops early (with an error nobody
-/// sees) once `cancel` is set.
-fn input_files(plan: &Plan, cancel: &AtomicBool, timings: &Timings) -> Result<Vec<InputFile>> {
+/// Every input file: its kind, the source (or benchmark set) it belongs to, its path and its
+/// path as shown, in the order of the manifest (and of [`resume_key`]).
+fn input_paths(plan: &Plan) -> Vec<(InputKind, &str, &Path, &str)> {
     let mut files = Vec::new();
     for source in &plan.sources {
         for (path, shown) in source.files.iter().zip(&source.display_files) {
-            let (bytes, sha256) = hash_file(path, cancel, timings)?;
-            files.push(InputFile {
-                kind: InputKind::Source,
-                source: source.name.clone(),
-                path: shown.clone(),
-                bytes,
-                sha256,
-            });
+            files.push((
+                InputKind::Source,
+                source.name.as_str(),
+                path.as_path(),
+                shown.as_str(),
+            ));
         }
     }
     if let Some(d) = &plan.decontaminate {
@@ -415,18 +413,67 @@ fn input_files(plan: &Plan, cancel: &AtomicBool, timings: &Timings) -> Result<Ve
             .zip(d.files.iter().zip(&d.display_files))
         {
             for (path, shown) in paths.iter().zip(shown) {
-                let (bytes, sha256) = hash_file(path, cancel, timings)?;
-                files.push(InputFile {
-                    kind: InputKind::Benchmark,
-                    source: bench.name.clone(),
-                    path: shown.clone(),
-                    bytes,
-                    sha256,
-                });
+                files.push((
+                    InputKind::Benchmark,
+                    bench.name.as_str(),
+                    path.as_path(),
+                    shown.as_str(),
+                ));
             }
         }
     }
-    Ok(files)
+    files
+}
+
+/// Size and SHA-256 of every input file, for the manifest, hashed in parallel.
+fn input_files(plan: &Plan) -> Result<Vec<InputFile>> {
+    use rayon::prelude::*;
+    input_paths(plan)
+        .into_par_iter()
+        .map(|(kind, source, path, shown)| {
+            let (bytes, sha256) = identity::hash_file(path)
+                .with_context(|| format!("failed to read `{}`", path.display()))?;
+            Ok(InputFile {
+                kind,
+                source: source.to_owned(),
+                path: shown.to_owned(),
+                bytes,
+                sha256,
+            })
+        })
+        .collect()
+}
+
+/// Hashes every input again after the build read it: an input edited while it was read (the
+/// rows may come from either version) fails the build instead of giving a dataset whose
+/// manifest names bytes it was not built from. Stops early (with an error nobody sees) once
+/// `cancel` is set.
+fn inputs_unchanged(
+    plan: &Plan,
+    before: &[InputFile],
+    cancel: &AtomicBool,
+    timings: &Timings,
+) -> Result<()> {
+    for ((_, _, path, shown), then) in input_paths(plan).into_iter().zip(before) {
+        let (bytes, sha256) = identity::hash_file_with(path, &mut || {
+            timings.hashing_progress();
+            if cancel.load(Ordering::Relaxed) {
+                return Err(std::io::Error::other("cancelled"));
+            }
+            Ok(())
+        })
+        .with_context(|| format!("failed to read `{}`", path.display()))?;
+        if bytes != then.bytes || sha256 != then.sha256 {
+            bail!(
+                "input `{shown}` changed while the build read it ({} bytes with SHA-256 {} before, \
+                 {bytes} bytes with SHA-256 {sha256} after): its rows may come from either \
+                 version, so no dataset was written; build again once it no longer changes",
+                then.bytes,
+                then.sha256
+            );
+        }
+    }
+    Ok(())
 }
 
 /// What a build wrote, for its manifest.
@@ -501,12 +548,12 @@ fn summarize_files(staging: &Path, known: Vec<FileSummary>) -> Result<Vec<FileSu
 
 /// Size and SHA-256 of the named files of a directory.
 fn summarize(dir: &Path, names: &[&str]) -> Result<Vec<FileSummary>> {
-    let never = AtomicBool::new(false);
-    let timings = Timings::default();
     names
         .iter()
         .map(|&file| {
-            let (bytes, sha256) = hash_file(&dir.join(file), &never, &timings)?;
+            let path = dir.join(file);
+            let (bytes, sha256) = identity::hash_file(&path)
+                .with_context(|| format!("failed to read `{}`", path.display()))?;
             Ok(FileSummary {
                 file: file.to_owned(),
                 bytes,
@@ -636,32 +683,6 @@ fn manifest(
         shards,
         files: output_files,
     })
-}
-
-/// Size and SHA-256 of a file, streamed (input files can be gigabytes).
-fn hash_file(path: &Path, cancel: &AtomicBool, timings: &Timings) -> Result<(u64, String)> {
-    use sha2::{Digest, Sha256};
-    use std::io::Read;
-    let context = || format!("failed to read `{}`", path.display());
-    let mut file = fs::File::open(path).with_context(context)?;
-    let mut hasher = Sha256::new();
-    let mut buf = vec![0u8; 1 << 20];
-    let mut bytes = 0u64;
-    loop {
-        if cancel.load(Ordering::Relaxed) {
-            bail!("cancelled");
-        }
-        let n = match file.read(&mut buf) {
-            Ok(0) => break,
-            Ok(n) => n,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err(e).with_context(context),
-        };
-        hasher.update(&buf[..n]);
-        bytes += n as u64;
-        timings.hashing_progress();
-    }
-    Ok((bytes, hex::encode(hasher.finalize())))
 }
 
 fn create(path: &Path) -> Result<BufWriter<fs::File>> {

@@ -28,7 +28,7 @@ pub fn run(args: &PartArgs, printer: &Printer) -> Result<()> {
         .parts_dir
         .clone()
         .unwrap_or_else(|| partition::default_parts_dir(&plan.output_dir));
-    let key = resume_key(&plan)?;
+    let key = resume_key(&plan, None)?;
     let shares = partition::shares(&plan, args.part)?;
     plan.read_options.sample = Some(Arc::new(shares));
     let (processor, _) = processor(&plan)?;

@@ -13,7 +13,7 @@ use crate::process::{RowProcessor, Tokenized};
 use crate::read::{next_line, Line};
 use crate::reject::{Reject, RejectReason};
 use crate::render::Renderer;
-use crate::tokenize::Tokenizer;
+use crate::tokenize::{Backend, Tokenizer};
 use crate::validate::Validator;
 use anyhow::{Context, Result};
 use serde_json::{json, Value};
@@ -50,27 +50,77 @@ pub fn run(
                     &format!("the line is not valid UTF-8 (byte {})", e.valid_up_to() + 1),
                 ),
                 Ok("") => error(number, "blank_line", "the line is blank"),
-                Ok(line) => match render_line(&processor, &adapter, line) {
-                    Value::Object(mut answer) => {
-                        if let Some(Value::Object(e)) = answer.get_mut("error") {
-                            e.insert("line".into(), number.into());
+                Ok(line) => {
+                    // Written straight from the rows: a JSON value of a long row's ids and mask
+                    // would take 32 bytes a token.
+                    let written = match render_rows(&processor, &adapter, line) {
+                        Ok(rows) => write_rows(&mut out, &rows, processor.policy),
+                        Err((code, message)) => {
+                            write_line(&mut out, &error(number, code, &message))
                         }
-                        Value::Object(answer)
-                    }
-                    other => other,
-                },
+                    };
+                    written.context("failed to write stdout")?;
+                    continue;
+                }
             },
         };
-        let mut text = answer.to_string();
-        text.push('\n');
-        Printer::data(&mut out, &text).context("failed to write stdout")?;
-        out.flush().context("failed to write stdout")?;
+        write_line(&mut out, &answer).context("failed to write stdout")?;
     }
     Ok(())
 }
 
 fn error(line: u64, code: &str, message: &str) -> Value {
     json!({"error": {"code": code, "message": message, "line": line}})
+}
+
+/// One answer line, flushed.
+fn write_line(out: &mut impl Write, answer: &impl serde::Serialize) -> std::io::Result<()> {
+    serde_json::to_writer(&mut *out, answer)?;
+    Printer::data(out, "\n")?;
+    out.flush()
+}
+
+/// A rendered row as it is printed.
+#[derive(serde::Serialize)]
+struct RowOut<'a> {
+    text: &'a str,
+    input_ids: &'a [u32],
+    loss_mask: &'a [u8],
+}
+
+fn row(r: &Tokenized) -> RowOut<'_> {
+    RowOut {
+        text: &r.text,
+        input_ids: &r.ids,
+        loss_mask: &r.mask,
+    }
+}
+
+/// The rows of one input: `{"rows": [...]}` under `expand` and `turns`, else its one row.
+fn write_rows(
+    out: &mut impl Write,
+    rows: &[Tokenized],
+    policy: RenderPolicy,
+) -> std::io::Result<()> {
+    #[derive(serde::Serialize)]
+    struct Rows<'a> {
+        rows: Vec<RowOut<'a>>,
+    }
+    if matches!(policy, RenderPolicy::Expand | RenderPolicy::Turns) {
+        return write_line(
+            out,
+            &Rows {
+                rows: rows.iter().map(row).collect(),
+            },
+        );
+    }
+    match rows.first() {
+        Some(r) => write_line(out, &row(r)),
+        None => write_line(
+            out,
+            &json!({"error": {"code": "no_assistant_turn", "message": "nothing to render"}}),
+        ),
+    }
 }
 
 pub fn processor(
@@ -90,7 +140,10 @@ pub fn processor(
     };
     let renderer = Renderer::new(&source, kwargs)
         .with_context(|| format!("in template `{}`", template.display()))?;
-    let tokenizer = std::sync::Arc::new(Tokenizer::load(tokenizer)?);
+    // The build's encoder choice (the fast encoder when the tokenizer qualifies and passes its
+    // self-check; the same ids): the `tokenizers` crate keeps about 120 bytes per input byte
+    // of a long text (its offsets and token strings), so a 60 MB line needed 9 GB.
+    let tokenizer = std::sync::Arc::new(Tokenizer::load_with_backend(tokenizer, Backend::Auto)?.0);
     let validator = Validator::new(&tokenizer.forbidden);
     Ok(RowProcessor {
         renderer,
@@ -106,24 +159,20 @@ pub fn processor(
     })
 }
 
-/// Renders one input line into its output JSON.
-pub fn render_line(processor: &RowProcessor, adapter: &Adapter, line: &str) -> Value {
-    let result = serde_json::from_str::<Value>(line)
+/// Renders one input line into its rows, or the code and message of why not.
+fn render_rows(
+    processor: &RowProcessor,
+    adapter: &Adapter,
+    line: &str,
+) -> Result<Vec<Tokenized>, (&'static str, String)> {
+    serde_json::from_str::<Value>(line)
         .map_err(|e| Reject::new(RejectReason::InvalidJson, crate::read::one_line_error(&e)))
         .and_then(|value| {
             let conversation = adapter.adapt(&value, &mut Repairs::new())?;
+            // The parsed line is not needed any more: it goes before the render.
+            drop(value);
             processor.validator.check_control_tokens(&conversation)?;
             processor.tokenize(&conversation)
-        });
-    let row = |r: &Tokenized| json!({"text": r.text, "input_ids": r.ids, "loss_mask": r.mask});
-    match result {
-        Err(reject) => json!({"error": {"code": reject.reason.code(), "message": reject.message}}),
-        Ok(rows) if matches!(processor.policy, RenderPolicy::Expand | RenderPolicy::Turns) => {
-            json!({"rows": rows.iter().map(row).collect::<Vec<_>>()})
-        }
-        Ok(rows) => match rows.first() {
-            Some(r) => row(r),
-            None => json!({"error": {"code": "no_assistant_turn", "message": "nothing to render"}}),
-        },
-    }
+        })
+        .map_err(|reject| (reject.reason.code(), reject.message))
 }

@@ -1,11 +1,18 @@
 //! `chatshards verify DIR [--rebuild]`: proves that an output directory is the dataset its
 //! manifest describes, and with `--rebuild` that its pipeline still builds exactly those bytes.
 //!
-//! Checks, in order, stopping at the first difference: every other file's size and SHA-256;
-//! every shard's size, SHA-256, row count and Arrow schema (against chatshards' schema and
-//! `dataset_info.json`'s features); `state.json`'s shard list and fingerprint; the manifest's
-//! own sums (`dataset_sha256`, rows, the accounting identity of every source); and its
-//! `build_id` recomputed from the inputs it records and the pipeline copy.
+//! Checks, in order, stopping at the first difference: every file the manifest names is a
+//! plain file inside the directory (a name without a folder, not `..`, not a symbolic link);
+//! every other file's size and SHA-256; every shard's size, SHA-256, row count and Arrow schema
+//! (against chatshards' schema and `dataset_info.json`'s features); `state.json`'s shard list
+//! and fingerprint; the manifest's own sums (`dataset_sha256`, rows, the accounting identity of
+//! every source); its `build_id` recomputed from the inputs it records and the pipeline copy;
+//! and its seal (`manifest_sha256`, see [`crate::write::manifest`]), which catches any other
+//! edited field (a setting, a count, a name). The seal is computed first, and reported last so
+//! that an edit the checks before it explain is named by them.
+//!
+//! A dataset replaced while it is read (a build's final swap) could look damaged: a check that
+//! fails when the directory or its manifest changed during it runs once more on the new one.
 
 use super::build::BuildArgs;
 use super::dataset_dir::{read_shard, OutputDir};
@@ -16,7 +23,7 @@ use anyhow::{bail, Context, Result};
 use serde_json::Value;
 use std::fs;
 use std::io::Read;
-use std::path::{Path, PathBuf};
+use std::path::{Component, Path, PathBuf};
 
 pub struct VerifyArgs {
     pub dir: PathBuf,
@@ -26,8 +33,7 @@ pub struct VerifyArgs {
 }
 
 pub fn run(args: &VerifyArgs, printer: &Printer) -> Result<()> {
-    let out = OutputDir::open(&args.dir)?;
-    check(&out)?;
+    let out = open_checked(&args.dir)?;
     let m = &out.manifest;
     printer.info(&format!(
         "`{}` matches its manifest: {} shard(s), {} rows, {} other files\n  build_id       {}\n  dataset_sha256 {}",
@@ -47,17 +53,74 @@ pub fn run(args: &VerifyArgs, printer: &Printer) -> Result<()> {
     Ok(())
 }
 
+/// Opens `dir` and runs every check but the rebuild. A check that fails while the directory
+/// was replaced under it (the final swap of a build) is run once more on the new dataset.
+fn open_checked(dir: &Path) -> Result<OutputDir> {
+    let mut again = true;
+    loop {
+        let before = snapshot(dir);
+        let checked = OutputDir::open(dir).and_then(|out| check(&out).map(|()| out));
+        match checked {
+            Err(_) if again && snapshot(dir) != before => again = false,
+            checked => return checked,
+        }
+    }
+}
+
+/// What identifies the dataset at `dir` now: the directory's and its manifest's inodes, and
+/// the manifest's size and modification time.
+fn snapshot(dir: &Path) -> Option<(u64, u64, u64, u64, std::time::SystemTime)> {
+    use std::os::unix::fs::MetadataExt;
+    let folder = fs::metadata(dir).ok()?;
+    let manifest = fs::symlink_metadata(dir.join("manifest.json")).ok()?;
+    Some((
+        folder.dev(),
+        folder.ino(),
+        manifest.ino(),
+        manifest.len(),
+        manifest.modified().ok()?,
+    ))
+}
+
+/// `dir`'s file `name`, as the manifest names it (`what`): a plain name (no folder, no `..`,
+/// not absolute) of a regular file that is not a symbolic link, so that nothing outside the
+/// dataset is read or vouched for.
+fn member(dir: &Path, name: &str, what: &str) -> Result<PathBuf> {
+    let mut parts = Path::new(name).components();
+    let plain = matches!(
+        (parts.next(), parts.next()),
+        (Some(Component::Normal(part)), None) if part == std::ffi::OsStr::new(name)
+    );
+    if !plain {
+        bail!(
+            "`{}` names {what} `{name}`, which is not a file name inside the dataset directory",
+            dir.join("manifest.json").display()
+        );
+    }
+    let path = dir.join(name);
+    match fs::symlink_metadata(&path) {
+        Ok(meta) if meta.file_type().is_symlink() => bail!(
+            "`{}` is a symbolic link: the files of a dataset are plain files inside its directory",
+            path.display()
+        ),
+        Ok(meta) if meta.is_file() => Ok(path),
+        Ok(_) => bail!("`{}` is not a file (the manifest lists it)", path.display()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            bail!("`{}` is missing (the manifest lists it)", path.display())
+        }
+        Err(e) => Err(e).with_context(|| format!("cannot read `{}`", path.display())),
+    }
+}
+
 /// Every check but the rebuild; the error names the first difference.
 pub fn check(out: &OutputDir) -> Result<()> {
     let dir = &out.path;
     let m = &out.manifest;
     let shown = |file: &str| dir.join(file).display().to_string();
+    let seal = seal_status(&m.json);
 
     for f in &m.files {
-        let path = dir.join(&f.file);
-        if !path.is_file() {
-            bail!("`{}` is missing (the manifest lists it)", path.display());
-        }
+        let path = member(dir, &f.file, "the file")?;
         let (bytes, sha256) =
             hash_file(&path).with_context(|| format!("cannot read `{}`", path.display()))?;
         if bytes != f.bytes {
@@ -76,7 +139,7 @@ pub fn check(out: &OutputDir) -> Result<()> {
         }
     }
 
-    let info = read_json(&dir.join("dataset_info.json"))?;
+    let info = read_json(&member(dir, "dataset_info.json", "the file")?)?;
     let features = &info["features"];
     // The `loss_mask` dtype is a build setting (`mask.dtype`): the features say which.
     use crate::tokenize::mask_config::MaskDtype;
@@ -91,10 +154,7 @@ pub fn check(out: &OutputDir) -> Result<()> {
     };
     let expected = crate::write::schema(dtype);
     for s in &m.shards {
-        let path = dir.join(&s.file);
-        if !path.is_file() {
-            bail!("`{}` is missing (the manifest lists it)", path.display());
-        }
+        let path = member(dir, &s.file, "the shard")?;
         let read = read_shard(&path, true, |_| Ok(()))?;
         let sha256 = read.sha256.unwrap_or_default();
         if read.bytes != s.bytes {
@@ -141,7 +201,7 @@ pub fn check(out: &OutputDir) -> Result<()> {
         }
     }
 
-    let state = read_json(&dir.join("state.json"))?;
+    let state = read_json(&member(dir, "state.json", "the file")?)?;
     let listed: Vec<&str> = state["_data_files"]
         .as_array()
         .map(|files| {
@@ -194,7 +254,23 @@ pub fn check(out: &OutputDir) -> Result<()> {
             m.pipeline.copy
         );
     }
-    Ok(())
+    seal.map_err(|e| anyhow::anyhow!("`{}`: {e}", shown("manifest.json")))
+}
+
+/// Whether the manifest's seal matches its content (see [`crate::write::manifest`]).
+fn seal_status(manifest: &Value) -> Result<(), String> {
+    use crate::write::manifest::{seal_of, SEAL};
+    let content = seal_of(manifest);
+    match manifest.get(SEAL).and_then(Value::as_str) {
+        Some(recorded) if recorded == content => Ok(()),
+        Some(recorded) => Err(format!(
+            "the manifest was edited after the build: its content hashes to {content}, but its \
+             {SEAL} records {recorded}"
+        )),
+        None => Err(format!(
+            "no {SEAL}: the manifest was not written by this version of chatshards, or was edited"
+        )),
+    }
 }
 
 /// `read = kept + Σ rejected + Σ filtered + deduplicated` for every source (the identity of
@@ -239,7 +315,7 @@ fn check_accounting(manifest: &Value, rows: u64) -> Result<(), String> {
 fn recorded_build_id(out: &OutputDir) -> Result<String> {
     let m = &out.manifest;
     let json = &m.json;
-    let copy = out.path.join(&m.pipeline.copy);
+    let copy = member(&out.path, &m.pipeline.copy, "the pipeline copy")?;
     let yaml = fs::read(&copy).with_context(|| format!("cannot read `{}`", copy.display()))?;
     let pipeline = identity::pipeline_value(&yaml)
         .with_context(|| format!("`{}` is not YAML", copy.display()))?;
@@ -288,7 +364,7 @@ fn rebuild(out: &OutputDir, threads: Option<usize>, printer: &Printer) -> Result
         bail!("the manifest does not record where the pipeline was, so it cannot be rebuilt");
     };
     let pipeline = out.path.join(relative);
-    let copy = out.path.join(&record.copy);
+    let copy = member(&out.path, &record.copy, "the pipeline copy")?;
     let same_as_copy = |path: &Path, copy: &Path, what: &str| -> Result<()> {
         let now = fs::read(path).with_context(|| {
             format!(
@@ -310,7 +386,7 @@ fn rebuild(out: &OutputDir, threads: Option<usize>, printer: &Printer) -> Result
     if let Some(lock) = &record.lock {
         same_as_copy(
             &Lockfile::path_for(&pipeline),
-            &out.path.join(&lock.copy),
+            &member(&out.path, &lock.copy, "the lockfile copy")?,
             "lockfile",
         )?;
     }

@@ -13,6 +13,7 @@
 
 use super::config::{check_repo_id, check_repo_path, check_revision, is_commit, HubSpec, RepoKind};
 use super::error::{HubError, StaleReason};
+use crate::write::identity::hash_file;
 use serde::Deserialize;
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -394,15 +395,6 @@ impl Lockfile {
 /// Canonical JSON of template variables (keys sorted), as the lockfile records them.
 pub fn kwargs_json(kwargs: &serde_json::Map<String, serde_json::Value>) -> String {
     crate::write::identity::canonical_json(&serde_json::Value::Object(kwargs.clone()))
-}
-
-/// Size and lowercase hex SHA-256 of a local file, streamed.
-pub fn hash_file(path: &Path) -> std::io::Result<(u64, String)> {
-    use sha2::{Digest, Sha256};
-    let mut file = std::fs::File::open(path)?;
-    let mut hasher = Sha256::new();
-    let size = std::io::copy(&mut file, &mut hasher)?;
-    Ok((size, hex::encode(hasher.finalize())))
 }
 
 fn is_sha256(text: &str) -> bool {

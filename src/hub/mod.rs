@@ -19,10 +19,11 @@ mod progress;
 mod resolve;
 mod specs;
 
+pub use crate::write::identity::hash_file;
 pub use client::Hub;
 pub use config::{merge_specs, HubConfig, HubEntry, HubSpec, RepoKind, Token};
 pub use error::{Expected, FileRef, HubError, StaleReason};
-pub use lockfile::{hash_file, kwargs_json, LockedFile, LockedRepo, Lockfile};
+pub use lockfile::{kwargs_json, LockedFile, LockedRepo, Lockfile};
 pub use progress::{FetchProgress, NoProgress};
 pub use resolve::ResolvedFile;
 pub use specs::{hub_specs_in, hub_specs_of};

@@ -1,4 +1,8 @@
 //! Parquet files, read in record batches (bounded memory), each row turned into a JSON object.
+//!
+//! Text stored as BINARY (byte arrays without the UTF-8 annotation, as older Spark and Hive
+//! writers store strings) is read as the UTF-8 text it holds; a row whose bytes there are not
+//! UTF-8 is rejected, naming the column.
 
 use super::{ReadError, ReadOptions, Record};
 use arrow_array::cast::AsArray;
@@ -97,7 +101,10 @@ pub fn read_rows(
             };
             yielded += 1;
             // A row group is in memory already: an oversize row is refused after reading.
-            let mut record = Record::Parsed(Value::Object(row_object(&batch, i)));
+            let mut record = match row_object(&batch, i) {
+                Ok(object) => Record::Parsed(Value::Object(object)),
+                Err(why) => Record::Invalid(why),
+            };
             let bytes = record.weight() as u64;
             if bytes > options.max_row_bytes {
                 record = Record::TooLarge {
@@ -196,27 +203,40 @@ impl ChunkReader for CountedFile {
     }
 }
 
-fn row_object(batch: &RecordBatch, i: usize) -> Map<String, Value> {
+fn row_object(batch: &RecordBatch, i: usize) -> Result<Map<String, Value>, String> {
     let schema = batch.schema();
     schema
         .fields()
         .iter()
         .zip(batch.columns())
-        .map(|(field, column)| (field.name().clone(), cell(column.as_ref(), i)))
+        .map(|(field, column)| {
+            Ok((
+                field.name().clone(),
+                cell(column.as_ref(), i, field.name())?,
+            ))
+        })
         .collect()
 }
 
-/// One cell as JSON. Types without a natural JSON form fall back to Arrow's display string.
-fn cell(array: &dyn Array, i: usize) -> Value {
+/// One cell of column `column` as JSON. Types without a natural JSON form fall back to Arrow's
+/// display string; bytes (BINARY) are read as UTF-8 text, and refused when they are not.
+fn cell(array: &dyn Array, i: usize, column: &str) -> Result<Value, String> {
     if array.is_null(i) {
-        return Value::Null;
+        return Ok(Value::Null);
     }
     macro_rules! int {
         ($t:ty) => {
             Value::from(array.as_primitive::<$t>().value(i))
         };
     }
-    match array.data_type() {
+    let text = |bytes: &[u8]| match std::str::from_utf8(bytes) {
+        Ok(text) => Ok(Value::String(text.to_owned())),
+        Err(e) => Err(format!(
+            "column `{column}` is binary and its value is not UTF-8 text (invalid byte at {})",
+            e.valid_up_to()
+        )),
+    };
+    Ok(match array.data_type() {
         DataType::Null => Value::Null,
         DataType::Boolean => Value::Bool(array.as_boolean().value(i)),
         DataType::Int8 => int!(Int8Type),
@@ -232,24 +252,35 @@ fn cell(array: &dyn Array, i: usize) -> Value {
         DataType::Utf8 => Value::String(array.as_string::<i32>().value(i).to_owned()),
         DataType::LargeUtf8 => Value::String(array.as_string::<i64>().value(i).to_owned()),
         DataType::Utf8View => Value::String(array.as_string_view().value(i).to_owned()),
-        DataType::List(_) => list(array.as_list::<i32>().value(i).as_ref()),
-        DataType::LargeList(_) => list(array.as_list::<i64>().value(i).as_ref()),
+        DataType::Binary => text(array.as_binary::<i32>().value(i))?,
+        DataType::LargeBinary => text(array.as_binary::<i64>().value(i))?,
+        DataType::BinaryView => text(array.as_binary_view().value(i))?,
+        DataType::FixedSizeBinary(_) => text(array.as_fixed_size_binary().value(i))?,
+        DataType::List(_) => list(array.as_list::<i32>().value(i).as_ref(), column)?,
+        DataType::LargeList(_) => list(array.as_list::<i64>().value(i).as_ref(), column)?,
         DataType::Struct(fields) => {
             let s = array.as_struct();
             Value::Object(
                 fields
                     .iter()
                     .zip(s.columns())
-                    .map(|(f, c)| (f.name().clone(), cell(c.as_ref(), i)))
-                    .collect(),
+                    .map(|(f, c)| {
+                        let name = format!("{column}.{}", f.name());
+                        Ok((f.name().clone(), cell(c.as_ref(), i, &name)?))
+                    })
+                    .collect::<Result<_, String>>()?,
             )
         }
         _ => display(array, i),
-    }
+    })
 }
 
-fn list(values: &dyn Array) -> Value {
-    Value::Array((0..values.len()).map(|j| cell(values, j)).collect())
+fn list(values: &dyn Array, column: &str) -> Result<Value, String> {
+    let name = format!("{column}[]");
+    (0..values.len())
+        .map(|j| cell(values, j, &name))
+        .collect::<Result<_, _>>()
+        .map(Value::Array)
 }
 
 fn float(f: f64) -> Value {
@@ -261,5 +292,91 @@ fn display(array: &dyn Array, i: usize) -> Value {
     match arrow_cast::display::ArrayFormatter::try_new(array, &options) {
         Ok(f) => Value::String(f.value(i).to_string()),
         Err(_) => Value::Null,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow_array::{ArrayRef, BinaryArray, ListArray, StructArray};
+    use arrow_buffer::OffsetBuffer;
+    use arrow_schema::{Field, Fields, Schema};
+    use parquet::arrow::arrow_writer::ArrowWriterOptions;
+    use parquet::arrow::ArrowWriter;
+    use serde_json::json;
+
+    /// A file in the layout of an older Spark writer: `messages` a list of structs whose
+    /// `role` and `content` are BINARY, and `id` BINARY, without (`spark`) or with (as pyarrow
+    /// writes `pa.binary()`) the Arrow schema in the footer. The second row's content is not
+    /// UTF-8.
+    fn binary_file(path: &Path, spark: bool) {
+        let bytes = |items: &[&[u8]]| Arc::new(BinaryArray::from_vec(items.to_vec())) as ArrayRef;
+        let message = Fields::from(vec![
+            Field::new("role", DataType::Binary, false),
+            Field::new("content", DataType::Binary, false),
+        ]);
+        let values = StructArray::new(
+            message.clone(),
+            vec![
+                bytes(&[b"user", b"assistant", b"user", b"assistant"]),
+                bytes(&[b"caf\xc3\xa9?", b"oui", b"x", b"\xff\xfe"]),
+            ],
+            None,
+        );
+        let item = Arc::new(Field::new("item", DataType::Struct(message), true));
+        let messages = ListArray::new(
+            item.clone(),
+            OffsetBuffer::from_lengths([2, 2]),
+            Arc::new(values),
+            None,
+        );
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("id", DataType::Binary, false),
+            Field::new("messages", DataType::List(item), false),
+        ]));
+        let batch = RecordBatch::try_new(
+            schema.clone(),
+            vec![bytes(&[b"r1", b"r2"]), Arc::new(messages)],
+        )
+        .expect("batch");
+        let file = File::create(path).expect("create");
+        let options = ArrowWriterOptions::new().with_skip_arrow_metadata(spark);
+        let mut writer = ArrowWriter::try_new_with_options(file, schema, options).expect("writer");
+        writer.write(&batch).expect("write");
+        writer.close().expect("close");
+    }
+
+    #[test]
+    fn binary_columns_are_read_as_utf8_text_or_refused_naming_the_column() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        for spark in [true, false] {
+            let path = dir.path().join(format!("spark-{spark}.parquet"));
+            binary_file(&path, spark);
+            let mut rows = Vec::new();
+            read(&path, &ReadOptions::default(), &mut |row, _, record| {
+                rows.push((row, record));
+                true
+            })
+            .expect("read");
+            assert_eq!(rows.len(), 2);
+            match &rows[0].1 {
+                Record::Parsed(value) => assert_eq!(
+                    value,
+                    &json!({"id": "r1", "messages": [
+                        {"role": "user", "content": "café?"},
+                        {"role": "assistant", "content": "oui"}
+                    ]})
+                ),
+                _ => panic!("row 0 not read"),
+            }
+            match &rows[1].1 {
+                Record::Invalid(why) => assert_eq!(
+                    why,
+                    "column `messages[].content` is binary and its value is not UTF-8 text \
+                     (invalid byte at 0)"
+                ),
+                _ => panic!("row 1 not refused"),
+            }
+        }
     }
 }

@@ -1,6 +1,12 @@
 //! `manifest.json`: everything needed to trust and reproduce a build: input hashes, settings,
 //! per-source accounting and per-shard hashes. No timestamps or timings, so that the same
 //! inputs give the same bytes.
+//!
+//! The manifest seals itself: its last member, `manifest_sha256`, is the SHA-256 of the
+//! canonical JSON text ([`super::identity::canonical_json`]: compact, object keys sorted by their
+//! UTF-8 bytes at every depth, numbers as serde_json writes them) of the manifest without that
+//! member. An edited field (a setting, a count, a name) changes that hash, which `verify`
+//! checks.
 
 use super::identity::InputKind;
 use super::ShardSummary;
@@ -31,6 +37,30 @@ pub struct Manifest {
     pub shards: Vec<ShardSummary>,
     /// Every other file of the output directory except this manifest, with its hash.
     pub files: Vec<FileSummary>,
+}
+
+/// The manifest's member that holds the hash of the rest (see the module's documentation).
+pub const SEAL: &str = "manifest_sha256";
+
+/// SHA-256 (lowercase hex) of the canonical text of `manifest` without its [`SEAL`] member.
+pub fn seal_of(manifest: &serde_json::Value) -> String {
+    use sha2::{Digest, Sha256};
+    let mut unsealed = manifest.clone();
+    if let Some(object) = unsealed.as_object_mut() {
+        object.shift_remove(SEAL);
+    }
+    let text = super::identity::canonical_json(&unsealed);
+    hex::encode(Sha256::digest(text.as_bytes()))
+}
+
+/// `manifest` with its [`SEAL`] member set (last).
+pub fn sealed(mut manifest: serde_json::Value) -> serde_json::Value {
+    let seal = seal_of(&manifest);
+    if let Some(object) = manifest.as_object_mut() {
+        object.shift_remove(SEAL);
+        object.insert(SEAL.to_owned(), serde_json::Value::String(seal));
+    }
+    manifest
 }
 
 /// Where the pipeline was, and its copies in the output directory (`verify --rebuild`).
