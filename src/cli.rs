@@ -205,8 +205,10 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Write the draft vocabulary mapping (`d2t.npy`, `t2d.npy`) built from the dataset's
-    /// supervised token frequencies (`token_freq.pt`) the way speculators builds it.
+    /// Write the draft vocabulary mapping built from the dataset's supervised token
+    /// frequencies (`token_freq.pt`) the way speculators builds it: `d2t-N.npy` and
+    /// `t2d-N.npy` (for `speculators train --draft-vocab-size N`) and `vocab_mapping-N.pt`
+    /// (SpecForge's `vocab_mapping_path`), beside the dataset.
     Vocab {
         /// The dataset directory.
         dir: PathBuf,
@@ -217,7 +219,7 @@ pub enum Command {
         /// tokenizer's, from stats.json).
         #[arg(long)]
         target_vocab_size: Option<usize>,
-        /// Output directory (default: `DIR/draft_vocab_N`).
+        /// Output directory (default: DIR, where the trainers look).
         #[arg(long)]
         out: Option<PathBuf>,
     },
