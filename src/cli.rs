@@ -115,6 +115,36 @@ pub enum Command {
         #[arg(long)]
         kwargs: Option<String>,
     },
+    /// Serve vLLM's `POST /v1/chat/completions/render` (plus `/health`, `/v1/models`) with the
+    /// build's template and tokenizer, for `speculators prepare-data --render-endpoint`.
+    ServeRender {
+        /// A pipeline file (its template, kwargs and tokenizer); or --template and --tokenizer.
+        pipeline: Option<PathBuf>,
+        /// The chat template (`chat_template.jinja`).
+        #[arg(long)]
+        template: Option<PathBuf>,
+        /// The tokenizer (`tokenizer.json` or `tokenizer.json.zst`).
+        #[arg(long)]
+        tokenizer: Option<PathBuf>,
+        /// Template variables as a JSON object (with --template); a request's
+        /// `chat_template_kwargs` are laid over them.
+        #[arg(long)]
+        kwargs: Option<String>,
+        #[arg(long, default_value = "127.0.0.1")]
+        host: String,
+        /// 0 picks a free port (the address is printed).
+        #[arg(long, default_value_t = 8000)]
+        port: u16,
+        /// Larger request bodies are refused with HTTP 413.
+        #[arg(long, default_value_t = 64 << 20)]
+        max_body_bytes: usize,
+        /// Renders at once; more requests wait (default: the machine's cores).
+        #[arg(long, value_parser = parse_threads)]
+        threads: Option<usize>,
+        /// The model id `/v1/models` lists (default: the pipeline's name).
+        #[arg(long)]
+        model: Option<String>,
+    },
     /// Adapt and validate one source file and print it as normalized ShareGPT JSON lines
     /// (rejects and filtered rows go to stderr as JSON lines, or to `--rejects`).
     Normalize {

@@ -11,6 +11,7 @@ pub mod normalize;
 pub mod part;
 pub mod render;
 pub mod report;
+pub mod serve;
 pub mod shipped;
 pub mod stats;
 pub mod verify;
