@@ -115,6 +115,17 @@ pub enum Command {
         #[arg(long)]
         kwargs: Option<String>,
     },
+    /// Write a dataset's kept conversations for another trainer: `specforge` is SpecForge's
+    /// role/content JSONL (`conversations` with `reasoning_content` and `tool_calls`, `tools`).
+    Export {
+        /// The dataset directory.
+        dir: PathBuf,
+        #[arg(long, value_enum)]
+        format: crate::commands::export::ExportFormat,
+        /// Write to this new file instead of stdout.
+        #[arg(long)]
+        out: Option<PathBuf>,
+    },
     /// Serve vLLM's `POST /v1/chat/completions/render` (plus `/health`, `/v1/models`) with the
     /// build's template and tokenizer, for `speculators prepare-data --render-endpoint`.
     ServeRender {

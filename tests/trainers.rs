@@ -174,3 +174,53 @@ fn vocabulary_files_sit_beside_the_dataset_and_the_next_build_replaces_them() {
         b"someone else's"
     );
 }
+
+#[test]
+fn specforge_export_has_one_role_content_line_per_kept_conversation() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let pipeline = project(tmp.path(), "mix: {target: rows, total: 220}");
+    build(&pipeline);
+    let out = tmp.path().join("out");
+    let export = tmp.path().join("specforge.jsonl");
+    ok(bin()
+        .args(["export", "--format", "specforge", "--out"])
+        .arg(&export)
+        .arg(&out)
+        .output()
+        .expect("run"));
+    let kept = std::fs::read_to_string(out.join("conversations.jsonl")).expect("read");
+    let lines = std::fs::read_to_string(&export).expect("read");
+    assert_eq!(lines.lines().count(), kept.lines().count());
+    let mut calls = 0;
+    let mut reasoning = 0;
+    for (line, record) in lines.lines().zip(kept.lines()) {
+        let v: serde_json::Value = serde_json::from_str(line).expect("json");
+        let r: serde_json::Value = serde_json::from_str(record).expect("json");
+        assert_eq!(v["id"], r["id"]);
+        let messages = v["conversations"].as_array().expect("conversations");
+        for m in messages {
+            let role = m["role"].as_str().expect("role");
+            assert!(
+                ["system", "user", "assistant", "tool"].contains(&role),
+                "{m}"
+            );
+            assert!(m["content"].is_string(), "{m}");
+            calls += usize::from(m.get("tool_calls").is_some());
+            reasoning += usize::from(m.get("reasoning_content").is_some());
+        }
+        assert!(v["tools"].is_array());
+    }
+    assert!(
+        calls > 0 && reasoning > 0,
+        "{calls} calls, {reasoning} reasoning"
+    );
+    // An existing file is never replaced.
+    let again = bin()
+        .args(["export", "--format", "specforge", "--out"])
+        .arg(&export)
+        .arg(&out)
+        .output()
+        .expect("run");
+    assert!(!again.status.success());
+    assert!(stderr(&again).contains("exists; refusing to replace it"));
+}

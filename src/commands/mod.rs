@@ -4,6 +4,7 @@ pub mod build;
 pub mod check;
 pub mod dataset_dir;
 pub mod diff;
+pub mod export;
 pub mod fetch;
 pub mod inspect;
 pub mod lock;
