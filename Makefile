@@ -10,7 +10,7 @@ MEMORY_ROWS ?= 0
 # so the median of five is the steady figure.
 REPEAT ?= 5
 
-.PHONY: test-speculators demo test test-rust test-oracle check-goldens goldens speculators-goldens lint bench dataset clean test-slurm
+.PHONY: test-speculators test-speculators-render test-speculators-vocab demo test test-rust test-oracle check-goldens goldens speculators-goldens lint bench dataset clean test-slurm
 
 ## Build the demo dataset from fixtures shipped in the repo (offline, seconds), exactly as
 ## pipelines/demo.lock pins its inputs (`chatshards lock pipelines/demo.yaml` after editing them).
@@ -89,6 +89,20 @@ test-speculators: $(SPEC_VENV)/bin/python
 	$(SPEC_VENV)/bin/python tests/oracle/gen_vocab_goldens.py out/demo --out .goldens-check/vocab
 	diff .goldens-check/vocab/demo.json tests/golden/vocab/demo.json
 	rm -rf .goldens-check
+
+## speculators 0.9's own `prepare-data --render-endpoint` against `chatshards serve-render`: its
+## rows equal `chatshards build` under `mask: {preset: speculators-0.9}` row for row (ids and
+## masks). Needs the speculators venv (torch: a large download), so not part of `make test`.
+test-speculators-render: $(SPEC_VENV)/bin/python
+	$(CARGO) build --quiet
+	$(SPEC_VENV)/bin/python tests/oracle/check_speculators_render.py --bin $${CARGO_TARGET_DIR:-target}/debug/chatshards
+
+## `chatshards vocab` files read as the trainers read them: d2t-N.npy / t2d-N.npy with numpy and
+## speculators' own mapping, vocab_mapping-N.pt with torch.load(weights_only=True) (SpecForge).
+test-speculators-vocab: $(SPEC_VENV)/bin/python
+	$(CARGO) run --quiet -- build --locked pipelines/demo.yaml
+	$(CARGO) run --quiet -- vocab out/demo --draft-size 64 --target-vocab-size 248320
+	$(SPEC_VENV)/bin/python tests/oracle/check_vocab_files.py out/demo 64 248320
 
 clean:
 	rm -rf out .goldens-check

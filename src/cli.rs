@@ -115,6 +115,47 @@ pub enum Command {
         #[arg(long)]
         kwargs: Option<String>,
     },
+    /// Write a dataset's kept conversations for another trainer: `specforge` is SpecForge's
+    /// role/content JSONL (`conversations` with `reasoning_content` and `tool_calls`, `tools`).
+    Export {
+        /// The dataset directory.
+        dir: PathBuf,
+        #[arg(long, value_enum)]
+        format: crate::commands::export::ExportFormat,
+        /// Write to this new file instead of stdout.
+        #[arg(long)]
+        out: Option<PathBuf>,
+    },
+    /// Serve vLLM's `POST /v1/chat/completions/render` (plus `/health`, `/v1/models`) with the
+    /// build's template and tokenizer, for `speculators prepare-data --render-endpoint`.
+    ServeRender {
+        /// A pipeline file (its template, kwargs and tokenizer); or --template and --tokenizer.
+        pipeline: Option<PathBuf>,
+        /// The chat template (`chat_template.jinja`).
+        #[arg(long)]
+        template: Option<PathBuf>,
+        /// The tokenizer (`tokenizer.json` or `tokenizer.json.zst`).
+        #[arg(long)]
+        tokenizer: Option<PathBuf>,
+        /// Template variables as a JSON object (with --template); a request's
+        /// `chat_template_kwargs` are laid over them.
+        #[arg(long)]
+        kwargs: Option<String>,
+        #[arg(long, default_value = "127.0.0.1")]
+        host: String,
+        /// 0 picks a free port (the address is printed).
+        #[arg(long, default_value_t = 8000)]
+        port: u16,
+        /// Larger request bodies are refused with HTTP 413.
+        #[arg(long, default_value_t = 64 << 20)]
+        max_body_bytes: usize,
+        /// Renders at once; more requests wait (default: the machine's cores).
+        #[arg(long, value_parser = parse_threads)]
+        threads: Option<usize>,
+        /// The model id `/v1/models` lists (default: the pipeline's name).
+        #[arg(long)]
+        model: Option<String>,
+    },
     /// Adapt and validate one source file and print it as normalized ShareGPT JSON lines
     /// (rejects and filtered rows go to stderr as JSON lines, or to `--rejects`).
     Normalize {
@@ -205,8 +246,10 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Write the draft vocabulary mapping (`d2t.npy`, `t2d.npy`) built from the dataset's
-    /// supervised token frequencies (`token_freq.pt`) the way speculators builds it.
+    /// Write the draft vocabulary mapping built from the dataset's supervised token
+    /// frequencies (`token_freq.pt`) the way speculators builds it: `d2t-N.npy` and
+    /// `t2d-N.npy` (for `speculators train --draft-vocab-size N`) and `vocab_mapping-N.pt`
+    /// (SpecForge's `vocab_mapping_path`), beside the dataset.
     Vocab {
         /// The dataset directory.
         dir: PathBuf,
@@ -217,7 +260,7 @@ pub enum Command {
         /// tokenizer's, from stats.json).
         #[arg(long)]
         target_vocab_size: Option<usize>,
-        /// Output directory (default: `DIR/draft_vocab_N`).
+        /// Output directory (default: DIR, where the trainers look).
         #[arg(long)]
         out: Option<PathBuf>,
     },

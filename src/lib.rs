@@ -130,6 +130,35 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
             policy,
             kwargs,
         } => commands::render::run(&template, &tokenizer, policy.into(), kwargs.as_deref()),
+        Command::Export { dir, format, out } => {
+            let count = commands::export::run(&commands::export::ExportArgs { dir, format, out })?;
+            printer.info(&format!("exported {count} conversations"));
+            Ok(())
+        }
+        Command::ServeRender {
+            pipeline,
+            template,
+            tokenizer,
+            kwargs,
+            host,
+            port,
+            max_body_bytes,
+            threads,
+            model,
+        } => commands::serve::run(
+            &commands::serve::ServeArgs {
+                pipeline,
+                template,
+                tokenizer,
+                kwargs,
+                host,
+                port,
+                max_body_bytes,
+                threads,
+                model,
+            },
+            &printer,
+        ),
         Command::Normalize {
             format,
             file,

@@ -168,14 +168,14 @@ fn demo_statistics_report_and_vocabulary() {
             .output()
             .expect("run"));
         assert_eq!(
-            sha256(&vocab_out.join("d2t.npy")),
+            sha256(&vocab_out.join(format!("d2t-{draft}.npy"))),
             case["d2t_npy_sha256"].as_str().expect("sha"),
-            "d2t.npy for draft size {draft}"
+            "d2t-{draft}.npy"
         );
         assert_eq!(
-            sha256(&vocab_out.join("t2d.npy")),
+            sha256(&vocab_out.join(format!("t2d-{draft}.npy"))),
             case["t2d_npy_sha256"].as_str().expect("sha"),
-            "t2d.npy for draft size {draft}"
+            "t2d-{draft}.npy"
         );
     }
 

@@ -1,14 +1,18 @@
-//! `chatshards vocab DIR --draft-size N`: the draft vocabulary mapping (`d2t.npy`, `t2d.npy`)
-//! from the dataset's supervised token frequencies, built exactly as speculators'
-//! `build_vocab_mappings_from_distribution` builds it and saved as its
-//! `scripts/build_vocab_mapping.py` saves it (`np.save`).
+//! `chatshards vocab DIR --draft-size N`: the draft vocabulary mapping from the dataset's
+//! supervised token frequencies, built exactly as speculators'
+//! `build_vocab_mappings_from_distribution` builds it, written beside the dataset under the
+//! names the trainers read today: `d2t-N.npy` / `t2d-N.npy` (what `speculators train
+//! --draft-vocab-size N` caches and loads) and `vocab_mapping-N.pt` (SpecForge). The files are
+//! recorded as derived ([`crate::write::derived`]), so the next build into the directory
+//! replaces them with the dataset instead of refusing the directory.
 
 use crate::commands::stats::TOKEN_FREQ;
 use crate::printer::Printer;
 use crate::report::token_freq;
+use crate::write::derived;
 use anyhow::{bail, Context, Result};
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 pub struct VocabArgs {
     pub dir: PathBuf,
@@ -16,7 +20,7 @@ pub struct VocabArgs {
     /// The target model's vocabulary size (its config's `vocab_size`, which may be padded past
     /// the tokenizer's); default: the tokenizer's, from stats.json.
     pub target_vocab_size: Option<usize>,
-    /// Where to write; default `DIR/draft_vocab_N`.
+    /// Where to write; default `DIR` itself, where the trainers look.
     pub out: Option<PathBuf>,
 }
 
@@ -78,20 +82,47 @@ pub fn npy(descr: &str, len: usize, data: &[u8]) -> Vec<u8> {
     out
 }
 
-pub fn write_mapping(out: &Path, d2t: &[i64], t2d: &[bool]) -> Result<()> {
-    std::fs::create_dir_all(out)
-        .with_context(|| format!("failed to create `{}`", out.display()))?;
+/// The file names of a draft vocabulary of `draft` ids: speculators' (`d2t-N.npy`, `t2d-N.npy`,
+/// which `speculators train --draft-vocab-size N` loads from the data directory since its
+/// PR #1081) and SpecForge's (`torch.save({"d2t", "t2d"})`, for its `vocab_mapping_path`).
+pub fn file_names(draft: usize) -> [String; 3] {
+    [
+        format!("d2t-{draft}.npy"),
+        format!("t2d-{draft}.npy"),
+        format!("vocab_mapping-{draft}.pt"),
+    ]
+}
+
+/// The three files' bytes: `np.save` of d2t (`<i8`) and t2d (`|b1`) as speculators'
+/// `train.py` saves them, and the SpecForge `.pt` with the same tensors (int64 and bool, the
+/// dtypes of its `process_token_dict_to_mappings`).
+pub fn mapping_files(d2t: &[i64], t2d: &[bool]) -> Result<[(String, Vec<u8>); 3]> {
     let d2t_bytes: Vec<u8> = d2t.iter().flat_map(|v| v.to_le_bytes()).collect();
     let t2d_bytes: Vec<u8> = t2d.iter().map(|&b| u8::from(b)).collect();
-    for (name, bytes) in [
-        ("d2t.npy", npy("<i8", d2t.len(), &d2t_bytes)),
-        ("t2d.npy", npy("|b1", t2d.len(), &t2d_bytes)),
-    ] {
-        let path = out.join(name);
-        std::fs::write(&path, bytes)
-            .with_context(|| format!("failed to write `{}`", path.display()))?;
-    }
-    Ok(())
+    let [d2t_name, t2d_name, pt_name] = file_names(d2t.len());
+    let pickle = token_freq::pickle_tensor_dict(&[
+        (
+            "d2t",
+            token_freq::Tensor1d {
+                storage: "LongStorage",
+                len: d2t.len(),
+            },
+        ),
+        (
+            "t2d",
+            token_freq::Tensor1d {
+                storage: "BoolStorage",
+                len: t2d.len(),
+            },
+        ),
+    ]);
+    let folder = pt_name.trim_end_matches(".pt");
+    let pt = token_freq::torch_zip(folder, &pickle, &[&d2t_bytes, &t2d_bytes])?;
+    Ok([
+        (d2t_name, npy("<i8", d2t.len(), &d2t_bytes)),
+        (t2d_name, npy("|b1", t2d.len(), &t2d_bytes)),
+        (pt_name, pt),
+    ])
 }
 
 pub fn run(args: &VocabArgs, printer: &Printer) -> Result<()> {
@@ -130,11 +161,9 @@ pub fn run(args: &VocabArgs, printer: &Printer) -> Result<()> {
         );
     }
     let (d2t, t2d) = build_mapping(&freq, args.draft_size, target)?;
-    let out = args
-        .out
-        .clone()
-        .unwrap_or_else(|| args.dir.join(format!("draft_vocab_{}", args.draft_size)));
-    write_mapping(&out, &d2t, &t2d)?;
+    let out = args.out.clone().unwrap_or_else(|| args.dir.clone());
+    let files = mapping_files(&d2t, &t2d)?;
+    derived::write(&out, &files)?;
     let covered: u64 = t2d
         .iter()
         .enumerate()
@@ -142,12 +171,16 @@ pub fn run(args: &VocabArgs, printer: &Printer) -> Result<()> {
         .filter_map(|(id, _)| freq.get(&(id as u64)))
         .sum();
     let all: u64 = freq.values().sum();
+    let [d2t_name, t2d_name, pt_name] = file_names(args.draft_size);
     printer.info(&format!(
-        "wrote d2t.npy ({} ids) and t2d.npy ({target} ids) to `{}`: the draft vocabulary covers {covered} of {all} supervised tokens ({:.2}%) from {} distinct ids seen",
+        "wrote {d2t_name} ({} ids), {t2d_name} ({target} ids) and {pt_name} to `{}`: the draft vocabulary covers {covered} of {all} supervised tokens ({:.2}%) from {} distinct ids seen\n  speculators: `speculators train --data-path {} --draft-vocab-size {}` loads the .npy files\n  SpecForge: set the model's `vocab_mapping_path` to `{}`",
         d2t.len(),
         out.display(),
         if all == 0 { 100.0 } else { covered as f64 * 100.0 / all as f64 },
-        freq.len()
+        freq.len(),
+        out.display(),
+        args.draft_size,
+        out.join(&pt_name).display(),
     ));
     Ok(())
 }

@@ -65,46 +65,104 @@ fn pickle_int(out: &mut Vec<u8>, v: u64) {
 
 /// Writes `{id: count}` for the ids with a non-zero count as a `torch.save` file.
 pub fn write_pt(path: &Path, freq: &[u64]) -> Result<()> {
-    let context = || format!("failed to write `{}`", path.display());
     let folder = path
         .file_stem()
         .and_then(|s| s.to_str())
         .filter(|s| !s.is_empty())
-        .unwrap_or("archive")
-        .to_owned();
-    let pickle = pickle_counts(freq);
+        .unwrap_or("archive");
+    let bytes = torch_zip(folder, &pickle_counts(freq), &[])?;
+    std::fs::write(path, bytes).with_context(|| format!("failed to write `{}`", path.display()))
+}
+
+/// A 1-D CPU tensor for [`pickle_tensor_dict`]: its storage class (`LongStorage`,
+/// `BoolStorage`, ...) and element count; its bytes go in the zip's `data/<index>` record.
+pub struct Tensor1d<'a> {
+    pub storage: &'a str,
+    pub len: usize,
+}
+
+/// The pickle `torch.save({name: tensor, ...})` writes (protocol 2) for 1-D contiguous CPU
+/// tensors, storage `i` being the zip's `data/i`: each tensor is
+/// `torch._utils._rebuild_tensor_v2(storage, 0, (len,), (1,), False, OrderedDict())` with the
+/// storage a persistent id `('storage', torch.<Storage>, 'i', 'cpu', len)`. Python's pickler
+/// also memoizes objects (BINPUT); the unpickler does not need that, so it is left out.
+pub fn pickle_tensor_dict(items: &[(&str, Tensor1d)]) -> Vec<u8> {
+    fn string(out: &mut Vec<u8>, s: &str) {
+        out.push(b'X');
+        out.extend((s.len() as u32).to_le_bytes());
+        out.extend(s.as_bytes());
+    }
+    let mut out = vec![0x80, 2, b'}'];
+    if !items.is_empty() {
+        out.push(b'(');
+    }
+    for (key, (name, tensor)) in items.iter().enumerate() {
+        string(&mut out, name);
+        out.extend(b"ctorch._utils\n_rebuild_tensor_v2\n(");
+        out.push(b'(');
+        string(&mut out, "storage");
+        out.extend(format!("ctorch\n{}\n", tensor.storage).as_bytes());
+        string(&mut out, &key.to_string());
+        string(&mut out, "cpu");
+        pickle_int(&mut out, tensor.len as u64);
+        out.extend(b"tQ"); // TUPLE, BINPERSID
+        pickle_int(&mut out, 0);
+        pickle_int(&mut out, tensor.len as u64);
+        out.push(0x85); // TUPLE1: the size
+        pickle_int(&mut out, 1);
+        out.push(0x85); // the stride
+        out.push(0x89); // NEWFALSE: requires_grad
+        out.extend(b"ccollections\nOrderedDict\n)R"); // backward hooks
+        out.extend(b"tR");
+    }
+    if !items.is_empty() {
+        out.push(b'u');
+    }
+    out.push(b'.');
+    out
+}
+
+/// The bytes of a `torch.save` file whose records sit under `folder/` (PyTorch uses the file
+/// stem): `pickle` as its `data.pkl` and `storages[i]` as `data/i`, in the record order and
+/// 64-byte alignment PyTorch uses.
+pub fn torch_zip(folder: &str, pickle: &[u8], storages: &[&[u8]]) -> Result<Vec<u8>> {
     // PyTorch writes a random 40-digit id; this one is derived from the content.
-    let digest = Sha256::digest(&pickle);
-    let id: String = digest
+    let mut hasher = Sha256::new();
+    hasher.update(pickle);
+    for data in storages {
+        hasher.update(data);
+    }
+    let id: String = hasher
+        .finalize()
         .iter()
         .take(20)
         .map(|b| format!("{:02}", b % 100))
         .collect();
-    let records: [(&str, &[u8]); 6] = [
-        ("data.pkl", &pickle),
-        (".format_version", b"1"),
-        (".storage_alignment", b"64"),
-        ("byteorder", b"little"),
-        ("version", b"3\n"),
-        (".data/serialization_id", id.as_bytes()),
+    let mut records: Vec<(String, &[u8])> = vec![
+        ("data.pkl".into(), pickle),
+        (".format_version".into(), b"1"),
+        (".storage_alignment".into(), b"64"),
+        ("byteorder".into(), b"little"),
     ];
-    let file = std::fs::File::create(path).with_context(context)?;
-    let mut zip = zip::ZipWriter::new(std::io::BufWriter::new(file));
+    records.extend(
+        storages
+            .iter()
+            .enumerate()
+            .map(|(i, data)| (format!("data/{i}"), *data)),
+    );
+    records.push(("version".into(), b"3\n"));
+    records.push((".data/serialization_id".into(), id.as_bytes()));
+    let mut zip = zip::ZipWriter::new(std::io::Cursor::new(Vec::new()));
     let options = zip::write::SimpleFileOptions::default()
         .compression_method(zip::CompressionMethod::Stored)
         .last_modified_time(zip::DateTime::default())
         // PyTorch aligns every record to 64 bytes (it memory-maps tensor storages).
         .with_alignment(64);
     for (name, bytes) in records {
-        zip.start_file(format!("{folder}/{name}"), options)
-            .with_context(context)?;
-        zip.write_all(bytes).with_context(context)?;
+        zip.start_file(format!("{folder}/{name}"), options)?;
+        zip.write_all(bytes)?;
     }
-    zip.finish()
-        .with_context(context)?
-        .flush()
-        .with_context(context)?;
-    Ok(())
+    Ok(zip.finish()?.into_inner())
 }
 
 /// Reads a `torch.save`d `{int: int}` dict (ours, or one speculators wrote).

@@ -5,6 +5,7 @@
 //! bucket whatever the dataset size, and the order depends only on the keys (never on threads).
 
 mod dataset;
+pub mod derived;
 mod direct;
 pub mod identity;
 pub mod manifest;

@@ -62,6 +62,7 @@ pub const WRITTEN_FILES: &[&str] = &[
     "token_freq.pt",
     "token_freq_all.pt",
     "report.html",
+    super::derived::RECORD,
 ];
 
 /// The working files inside the staging directory (never in a finished output): the spill
@@ -221,8 +222,11 @@ fn inspect(dir: &Path) -> Result<Existing> {
             dir.display()
         )
     })?;
+    let derived = super::derived::ours(dir);
     let ours = |name: &str| {
-        WRITTEN_FILES.contains(&name) || manifest.shards.iter().any(|s| s.file == name)
+        WRITTEN_FILES.contains(&name)
+            || manifest.shards.iter().any(|s| s.file == name)
+            || derived.iter().any(|d| d == name)
     };
     let foreign: Vec<String> = names
         .iter()
@@ -250,8 +254,10 @@ fn inspect(dir: &Path) -> Result<Existing> {
 /// then the directory if that emptied it. Returns what was left, if anything.
 fn remove_output(dir: &Path) -> Result<Vec<String>> {
     let manifest = read_manifest(dir).ok();
+    let derived = super::derived::ours(dir);
     let ours = |name: &str| {
         WRITTEN_FILES.contains(&name)
+            || derived.iter().any(|d| d == name)
             || manifest
                 .as_ref()
                 .is_some_and(|m| m.shards.iter().any(|s| s.file == name))
