@@ -1,10 +1,10 @@
 //! `chatshards build PIPELINE.yaml`
 
-use crate::journal::{InputStamp, Journal, ResumeKey};
-use crate::pipeline::{self, Sinks};
+use crate::engine::journal::{InputStamp, Journal, ResumeKey};
+use crate::engine::row_path::RowProcessor;
+use crate::engine::{self, Sinks};
 use crate::plan::{self, HubAccess, Plan};
 use crate::printer::Printer;
-use crate::process::RowProcessor;
 use crate::progress::BuildProgress;
 use crate::render::Renderer;
 use crate::report::stats::DatasetStats;
@@ -76,8 +76,8 @@ fn build(
         Some((dir, count)) => {
             let dir = dir
                 .clone()
-                .unwrap_or_else(|| crate::partition::default_parts_dir(out));
-            Some(crate::partition::Parts::open(&dir, *count, &key)?)
+                .unwrap_or_else(|| crate::engine::partition::default_parts_dir(out));
+            Some(crate::engine::partition::Parts::open(&dir, *count, &key)?)
         }
         None => None,
     };
@@ -159,7 +159,7 @@ fn build(
         conversations: &mut conversations,
     };
     timings.end_phase(Phase::StartUp);
-    let run = pipeline::run_journaled(
+    let run = engine::run_journaled(
         plan,
         &processor,
         &mut sinks,
@@ -300,11 +300,11 @@ fn build(
 }
 
 /// Rows between two checkpoints inside a pass: `CHATSHARDS_CHECKPOINT_ROWS`, else
-/// [`crate::journal::SEGMENT_ROWS`].
+/// [`crate::engine::journal::SEGMENT_ROWS`].
 fn segment_rows() -> Result<u64> {
     const VARIABLE: &str = "CHATSHARDS_CHECKPOINT_ROWS";
     match std::env::var(VARIABLE) {
-        Err(_) => Ok(crate::journal::SEGMENT_ROWS),
+        Err(_) => Ok(crate::engine::journal::SEGMENT_ROWS),
         Ok(v) => match v.trim().parse::<u64>() {
             Ok(n) if n > 0 => Ok(n),
             _ => bail!("`{VARIABLE}` must be a whole number of rows, at least 1 (it is `{v}`)"),
@@ -361,7 +361,7 @@ pub fn processor(plan: &Plan) -> Result<(RowProcessor, BackendReport)> {
     }
     let tokenizer = std::sync::Arc::new(tokenizer);
     let validator = Validator::new(&tokenizer.forbidden);
-    let mask = crate::process::mask_rule(&plan.mask, &renderer, &tokenizer)?;
+    let mask = crate::engine::row_path::mask_rule(&plan.mask, &renderer, &tokenizer)?;
     let processor = RowProcessor {
         renderer,
         tokenizer,

@@ -17,10 +17,10 @@ use crate::curate::ledger::{
 };
 use crate::curate::row::Curator;
 use crate::curate::select::AllocError;
-use crate::journal::{Journal, JournalError, PassKind, Positions, Recorder, RowEvent};
-use crate::partition::{PartError, PartWriter, Parts};
+use crate::engine::journal::{Journal, JournalError, PassKind, Positions, Recorder, RowEvent};
+use crate::engine::partition::{PartError, PartWriter, Parts};
+use crate::engine::row_path::{Outcome, RowProcessor, SpotChecks, Tokenized};
 use crate::plan::Plan;
-use crate::process::{Outcome, RowProcessor, SpotChecks, Tokenized};
 use crate::read::{read_files_with, FileSample, RawRow, ReadError, Record};
 use crate::reject::{Reject, Skip};
 use crate::report::timings::{PoolStage, Timings};
@@ -140,7 +140,7 @@ pub fn run(
     )
 }
 
-/// Part `part`'s scan (see [`crate::partition`]): every source's share of rows through read,
+/// Part `part`'s scan (see [`crate::engine::partition`]): every source's share of rows through read,
 /// adapt, validate and the per-row curation, each row's record to `writer` in read order.
 /// `plan.read_options.sample` must hold the part's shares.
 pub fn scan_part(
@@ -217,7 +217,7 @@ pub fn scan_part(
 
 /// [`run`], recording each pass in `journal` and replaying the passes it has recorded already
 /// (a resumed build: `sinks` then stand where the last recorded pass left them, see
-/// [`crate::journal`]). With `parts` (a merge), the scans replay the parts' records instead of
+/// [`crate::engine::journal`]). With `parts` (a merge), the scans replay the parts' records instead of
 /// reading the inputs; everything after them is the same.
 #[allow(clippy::too_many_arguments)]
 pub fn run_journaled(
@@ -428,7 +428,7 @@ enum ScanOutcome {
     Candidate(Option<u32>),
 }
 
-/// What the scan found for one row (also a part's record of it, see [`crate::partition`]).
+/// What the scan found for one row (also a part's record of it, see [`crate::engine::partition`]).
 #[derive(serde::Serialize, serde::Deserialize)]
 pub enum ScanRow {
     Rejected(Reject),
