@@ -54,7 +54,7 @@ fn main() -> Result<()> {
         None => (engine::JOB_MAX_ROWS, engine::JOB_BYTES),
     };
     let plan = plan::compile(pipeline.as_ref(), HubAccess::Locked)?;
-    let (processor, report) = chatshards::commands::build::processor(&plan)?;
+    let (processor, report) = chatshards::engine::session::processor(&plan)?;
     let source = plan.sources.first().context("the pipeline has no source")?;
     let path = source.files.first().context("the source has no file")?;
     let file = std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;

@@ -215,7 +215,7 @@ pub fn run(args: &CheckArgs, printer: &Printer) -> Result<()> {
         bytes_read: counter.clone(),
     }));
 
-    let (processor, _) = super::build::processor(&plan)?;
+    let (processor, _) = crate::engine::session::processor(&plan)?;
     let pool = rayon::ThreadPoolBuilder::new()
         .num_threads(args.threads.unwrap_or(0))
         .build()

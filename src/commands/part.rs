@@ -1,8 +1,8 @@
 //! `chatshards build PIPELINE.yaml --part I/N`: one part of a partitioned build (see
 //! [`crate::engine::partition`]).
 
-use super::build::{processor, resume_key};
 use crate::engine::partition::{self, PartSpec, PartWriter};
+use crate::engine::session::{processor, resume_key};
 use crate::engine::{self, NoProgress};
 use crate::plan::{self, HubAccess};
 use crate::printer::Printer;

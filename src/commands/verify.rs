@@ -7,8 +7,8 @@
 //! own sums (`dataset_sha256`, rows, the accounting identity of every source); and its
 //! `build_id` recomputed from the inputs it records and the pipeline copy.
 
-use super::build::BuildArgs;
 use super::dataset_dir::{read_shard, OutputDir};
+use crate::engine::session::BuildArgs;
 use crate::hub::{hash_file, Lockfile};
 use crate::printer::Printer;
 use crate::write::identity::{self, Identity, IdentityInput, InputKind};
@@ -332,7 +332,7 @@ fn rebuild(out: &OutputDir, threads: Option<usize>, printer: &Printer) -> Result
         pipeline.display(),
         temp.display()
     ));
-    let built = super::build::run(
+    let built = crate::engine::session::run(
         &BuildArgs {
             pipeline,
             threads,

@@ -6,6 +6,7 @@ pub mod journal;
 pub mod partition;
 pub mod row_path;
 pub mod run;
+pub mod session;
 
 pub use run::{
     run, run_journaled, scan_part, NoProgress, Pass, Progress, RunError, RunOutput, ScanRow, Sinks,
