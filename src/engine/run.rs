@@ -25,7 +25,7 @@ use crate::read::{read_files_with, FileSample, RawRow, ReadError, Record};
 use crate::reject::{Reject, Skip};
 use crate::report::timings::{PoolStage, Timings};
 use crate::report::SourceStats;
-use crate::write::{shuffle_key, SideOutput, Spill, TokenRow};
+use crate::write::{shuffle_key, EncodedRow, SideOutput, Spill};
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -444,12 +444,21 @@ struct WorkRow {
 }
 
 struct WorkDone {
-    outcome: Outcome<Vec<Tokenized>>,
+    outcome: Outcome<Vec<KeptCopy>>,
     /// The token filter that dropped every row of a kept conversation.
     token_filtered: Option<Dropped>,
-    conversation: Conversation,
-    repairs: Repairs,
-    checked: SpotChecks,
+}
+
+/// One copy of a kept conversation, serialized on the worker that made it, so that the
+/// in-order commit only appends bytes.
+struct KeptCopy {
+    copy: u32,
+    /// Its `conversations.jsonl` line.
+    line: String,
+    /// Its rows, encoded for the spill (the key is set at the commit when not shuffling).
+    rows: Vec<EncodedRow>,
+    /// What the ledger records of it, but for where its line lands.
+    work: KeptWork,
 }
 
 impl Context<'_> {
@@ -667,7 +676,7 @@ impl Context<'_> {
         let source = &self.plan.sources[index];
         let (mut rows_in, mut last_segment) = (skip, skip);
         let (mut done, mut tokens) = (queued - wanted.len() as u64, 0u64);
-        let work = |batch: Vec<RawRow>| self.work_batch(index, batch);
+        let work = |batch: Vec<RawRow>| self.work_batch(index, wanted, batch);
         let mut commit = |rows: Vec<WorkRow>| -> Result<(), RunError> {
             for r in rows {
                 out.segment(&mut recorder, rows_in, &mut last_segment)?;
@@ -699,21 +708,14 @@ impl Context<'_> {
                             None => continue,
                         }
                     }
-                    Outcome::Kept(rows) => {
-                        for &copy in &copies {
-                            let kept = self.keep(
-                                index,
-                                (r.file, r.row, copy),
-                                &done_row.conversation,
-                                &done_row.repairs,
-                                done_row.checked,
-                                &rows,
-                                out,
-                            )?;
+                    Outcome::Kept(kept) => {
+                        for copy in kept {
+                            let number = copy.copy;
+                            let kept = self.keep(copy, out)?;
                             tokens += kept.tokens;
                             let (file, row) = (r.file, r.row);
                             let work = Work::Kept(kept);
-                            record_work(&mut recorder, ledger, index, (file, row, copy), work)?;
+                            record_work(&mut recorder, ledger, index, (file, row, number), work)?;
                         }
                         continue;
                     }
@@ -730,7 +732,7 @@ impl Context<'_> {
     }
 
     /// The work pass's parallel part for a batch.
-    fn work_batch(&self, index: usize, batch: Vec<RawRow>) -> Vec<WorkRow> {
+    fn work_batch(&self, index: usize, wanted: &[Wanted], batch: Vec<RawRow>) -> Vec<WorkRow> {
         type Prepared = Result<(Conversation, Repairs), String>;
         let prepared: Vec<(u32, u64, Prepared)> = self.timings.time(PoolStage::Prepare, || {
             batch
@@ -776,14 +778,41 @@ impl Context<'_> {
                     },
                     other => (other, None),
                 };
-                Some(WorkDone {
-                    outcome,
-                    token_filtered,
-                    conversation,
-                    repairs,
-                    checked,
-                })
+                (outcome, token_filtered, conversation, repairs, checked)
             })
+            .collect::<Vec<_>>()
+            .into_iter()
+            .zip(
+                rows.iter()
+                    .filter_map(|(file, row, at)| at.is_ok().then_some((*file, *row))),
+            )
+            .map(
+                |((outcome, token_filtered, conversation, repairs, checked), (file, row))| {
+                    let outcome = match outcome {
+                        Outcome::Kept(rows) if token_filtered.is_none() => {
+                            let copies = copies_of(wanted, file, row);
+                            Outcome::Kept(self.serialize(
+                                index,
+                                (file, row),
+                                &copies,
+                                &conversation,
+                                &repairs,
+                                checked,
+                                rows,
+                            ))
+                        }
+                        Outcome::Kept(_) => Outcome::Kept(Vec::new()),
+                        Outcome::Rejected(r) => Outcome::Rejected(r),
+                        Outcome::Filtered(f) => Outcome::Filtered(f),
+                        Outcome::EncoderMismatch(d) => Outcome::EncoderMismatch(d),
+                        Outcome::RendererMismatch(d) => Outcome::RendererMismatch(d),
+                    };
+                    Some(WorkDone {
+                        outcome,
+                        token_filtered,
+                    })
+                },
+            )
             .collect();
         rows.into_iter()
             .map(|(file, row, at)| WorkRow {
@@ -798,38 +827,24 @@ impl Context<'_> {
             .collect()
     }
 
-    /// Writes a kept conversation (or copy `copy` of it): its rows to the spill, its line to
-    /// `conversations.jsonl`.
+    /// Serializes each asked copy of a kept conversation (on the worker): its line for
+    /// `conversations.jsonl` and its rows for the spill.
     #[allow(clippy::too_many_arguments)]
-    fn keep(
+    fn serialize(
         &self,
         index: usize,
-        (file, row, copy): (u32, u64, u32),
+        (file, row): (u32, u64),
+        copies: &[u32],
         conversation: &Conversation,
         repairs: &Repairs,
         checked: SpotChecks,
-        rows: &[Tokenized],
-        out: &mut Out,
-    ) -> Result<KeptWork, RunError> {
+        rows: Vec<Tokenized>,
+    ) -> Vec<KeptCopy> {
         let source = &self.plan.sources[index];
-        let suffix = match copy {
-            0 => String::new(),
-            j => format!("#{j}"),
-        };
         let id = self.sample_id(index, file, row);
-        let line = self.timings.time(PoolStage::Serialize, || {
-            to_sharegpt_record(conversation, &format!("{id}{suffix}"), &source.name).json_line()
-        });
-        let start = out.conversations_len;
-        out.sinks
-            .conversations
-            .write_all(line.as_bytes())
-            .map_err(|e| RunError::SideOutput("conversations.jsonl".to_owned(), e))?;
-        out.conversations_len += line.len() as u64;
         let (turns, tool_calls) =
             crate::report::stats::DatasetStats::conversation_counts(conversation);
         let mut kept = KeptWork {
-            line: (start, line.len() as u32),
             turns: u32::try_from(turns).unwrap_or(u32::MAX),
             tool_calls: u32::try_from(tool_calls).unwrap_or(u32::MAX),
             encoder_checked: checked.encoder,
@@ -843,26 +858,70 @@ impl Context<'_> {
             }
         }
         kept.repairs = seen.into_boxed_slice();
-        for r in rows {
-            let sample_id = format!("{id}:{}{suffix}", r.segment);
-            let key = if self.plan.shuffle {
-                shuffle_key(self.plan.seed, &sample_id)
-            } else {
-                out.sequence
-            };
-            out.sequence += 1;
+        for r in &rows {
             kept.rows += 1;
             kept.tokens += r.ids.len() as u64;
             kept.supervised_tokens += r.supervised() as u64;
             kept.truncated_rows += u32::from(r.truncated);
             kept.boundary_merged_rows += u32::from(r.boundary_merged);
-            out.sinks.spill.push(&TokenRow {
-                key,
-                sample_id,
-                source: index as u16,
-                ids: r.ids.clone(),
-                mask: r.mask.clone(),
-            })?;
+        }
+        copies
+            .iter()
+            .map(|&copy| {
+                let suffix = match copy {
+                    0 => String::new(),
+                    j => format!("#{j}"),
+                };
+                self.timings.time(PoolStage::Serialize, || {
+                    let line =
+                        to_sharegpt_record(conversation, &format!("{id}{suffix}"), &source.name)
+                            .json_line();
+                    let rows = rows
+                        .iter()
+                        .map(|r| {
+                            let sample_id = format!("{id}:{}{suffix}", r.segment);
+                            // Not shuffling: the key is the arrival sequence, set at the commit.
+                            let key = if self.plan.shuffle {
+                                shuffle_key(self.plan.seed, &sample_id)
+                            } else {
+                                0
+                            };
+                            EncodedRow::new(key, &sample_id, index as u16, &r.ids, &r.mask)
+                        })
+                        .collect();
+                    KeptCopy {
+                        copy,
+                        line,
+                        rows,
+                        work: kept.clone(),
+                    }
+                })
+            })
+            .collect()
+    }
+
+    /// Writes a kept conversation's copy, serialized already: its rows to the spill, its line
+    /// to `conversations.jsonl`.
+    fn keep(&self, copy: KeptCopy, out: &mut Out) -> Result<KeptWork, RunError> {
+        let KeptCopy {
+            line,
+            mut rows,
+            work: mut kept,
+            ..
+        } = copy;
+        let start = out.conversations_len;
+        out.sinks
+            .conversations
+            .write_all(line.as_bytes())
+            .map_err(|e| RunError::SideOutput("conversations.jsonl".to_owned(), e))?;
+        out.conversations_len += line.len() as u64;
+        kept.line = (start, line.len() as u32);
+        for row in &mut rows {
+            if !self.plan.shuffle {
+                row.set_key(out.sequence);
+            }
+            out.sequence += 1;
+            out.sinks.spill.push_encoded(row)?;
         }
         Ok(kept)
     }
