@@ -53,6 +53,12 @@ const MIN_IN_FLIGHT: usize = 16;
 /// data; it only keeps a pathological estimate from looping.
 const MAX_WORK_ROUNDS: usize = 64;
 
+/// Least time between two segments of a pass after its first (see [`Out::segment`]): a
+/// segment syncs every output file (tens of milliseconds), so however small
+/// `CHATSHARDS_CHECKPOINT_ROWS` is, checkpoints take a few percent of a build at most, and a
+/// killed build redoes about this much work more.
+const MIN_SEGMENT_INTERVAL: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// Where a run writes its side outputs and rows.
 pub struct Sinks<'a> {
     pub spill: &'a mut Spill,
@@ -389,17 +395,23 @@ impl Out<'_, '_> {
     }
 
     /// Records a segment of the running pass once `rows` (its input rows committed) is a
-    /// segment past the last one.
+    /// whole number of segments past the last one and, but for a pass's first segment, at
+    /// least [`MIN_SEGMENT_INTERVAL`] after it: a segment syncs every output, so a small
+    /// `CHATSHARDS_CHECKPOINT_ROWS` must not make the build wait on the disk row after row.
     fn segment(
         &mut self,
         recorder: &mut Recorder,
         rows: u64,
-        last: &mut u64,
+        last: &mut LastSegment,
     ) -> Result<(), RunError> {
-        if !recorder.active() || rows - *last < self.journal.segment_rows() {
+        let now = std::time::Instant::now();
+        if !recorder.active() || !last.due(rows, self.journal.segment_rows(), now) {
             return Ok(());
         }
-        *last = rows;
+        *last = LastSegment {
+            rows,
+            at: Some(now),
+        };
         let positions = self.sync()?;
         Ok(recorder.segment(rows, positions)?)
     }
@@ -417,6 +429,32 @@ impl Out<'_, '_> {
             sequence: self.sequence,
             spill: self.sinks.spill.sync_point()?,
         })
+    }
+}
+
+/// Where a pass recorded its last segment: its input rows then, and when (`None`: no segment
+/// of this run of the pass yet).
+struct LastSegment {
+    rows: u64,
+    at: Option<std::time::Instant>,
+}
+
+impl LastSegment {
+    fn new(skip: u64) -> LastSegment {
+        LastSegment {
+            rows: skip,
+            at: None,
+        }
+    }
+
+    /// Whether a segment is due at `rows`: a whole number of `every` rows past the last one,
+    /// and the pass's first or [`MIN_SEGMENT_INTERVAL`] after the last.
+    fn due(&self, rows: u64, every: u64, now: std::time::Instant) -> bool {
+        rows > self.rows
+            && (rows - self.rows).is_multiple_of(every)
+            && self
+                .at
+                .is_none_or(|at| now.duration_since(at) >= MIN_SEGMENT_INTERVAL)
     }
 }
 
@@ -484,7 +522,7 @@ impl Context<'_> {
             }
             return Ok(());
         };
-        let mut last_segment = skip;
+        let mut last_segment = LastSegment::new(skip);
         // (file, row, shown row, weight for progress, what the scan found)
         type ScanResult = (u32, u64, u64, u64, ScanRow);
         let work = |batch: Vec<RawRow>| -> Vec<ScanResult> {
@@ -674,7 +712,7 @@ impl Context<'_> {
         // The rows the recorded segments did are not read again: the pass goes on after them.
         let wanted = &wanted[distinct_prefix(wanted, skip)..];
         let source = &self.plan.sources[index];
-        let (mut rows_in, mut last_segment) = (skip, skip);
+        let (mut rows_in, mut last_segment) = (skip, LastSegment::new(skip));
         let (mut done, mut tokens) = (queued - wanted.len() as u64, 0u64);
         let work = |batch: Vec<RawRow>| self.work_batch(index, wanted, batch);
         let mut commit = |rows: Vec<WorkRow>| -> Result<(), RunError> {
@@ -1170,7 +1208,37 @@ fn write_note(w: &mut dyn Write, plan: &Plan, note: &RowNote, name: &str) -> Res
 
 #[cfg(test)]
 mod tests {
-    use super::selection_name;
+    use super::{selection_name, LastSegment, MIN_SEGMENT_INTERVAL};
+    use std::time::{Duration, Instant};
+
+    #[test]
+    fn segments_fall_on_multiples_of_their_rows_and_at_most_one_a_second_after_the_first() {
+        let start = Instant::now();
+        // A resumed pass (100 rows replayed), a segment every 16 rows: the first one is due
+        // at once on the next multiple, never between.
+        let first = LastSegment::new(100);
+        assert!(!first.due(100, 16, start));
+        assert!(!first.due(115, 16, start));
+        assert!(first.due(116, 16, start));
+        assert!(!first.due(117, 16, start));
+        // After it, a multiple is due only once the interval has passed.
+        let last = LastSegment {
+            rows: 116,
+            at: Some(start),
+        };
+        let soon = start + Duration::from_millis(10);
+        let later = start + MIN_SEGMENT_INTERVAL;
+        assert!(!last.due(132, 16, soon));
+        assert!(!last.due(133, 16, later));
+        assert!(last.due(148, 16, later));
+        // `CHATSHARDS_CHECKPOINT_ROWS=1`: every row is a multiple, the clock alone decides.
+        let every_row = LastSegment {
+            rows: 5,
+            at: Some(start),
+        };
+        assert!((6..10_000).all(|rows| !every_row.due(rows, 1, soon)));
+        assert!(every_row.due(10_000, 1, later));
+    }
 
     #[test]
     fn selection_names_do_not_depend_on_where_a_file_is_read_from() {
