@@ -230,7 +230,14 @@ fn build(
             mask_dtype: plan.mask.dtype,
             excluded: &settled.excluded,
         };
-        let shards = write::write_shards(&staging, spill, &layout, source_names, &mut row_stats);
+        let shards = write::write_shards(
+            &staging,
+            spill,
+            &layout,
+            source_names,
+            &mut row_stats,
+            &pool,
+        );
         let side = match side.join() {
             Ok(side) => side,
             Err(panic) => std::panic::resume_unwind(panic),

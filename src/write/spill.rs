@@ -182,6 +182,15 @@ pub struct SpilledBucket {
 }
 
 impl SpilledBucket {
+    /// Bytes of its rows.
+    pub fn len(&self) -> u64 {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
     /// A buffer that [`Bucket::load`] can read any of `buckets` into without growing it: a
     /// reused buffer that had to grow would briefly exist twice.
     pub fn buffer_for(buckets: &[SpilledBucket]) -> Vec<u8> {
@@ -357,6 +366,25 @@ impl Bucket {
 
     pub fn is_empty(&self) -> bool {
         self.rows.is_empty()
+    }
+
+    /// Keeps only the rows whose sample id `keep` accepts (order unchanged).
+    pub fn retain(&mut self, keep: impl Fn(&str) -> bool) {
+        let ids = &self.sample_ids;
+        self.rows.retain(|r| keep(&ids[r.sample_id.clone()]));
+    }
+
+    /// Row `i` in (key, sample_id) order.
+    pub fn row(&self, i: usize) -> SpilledRow<'_> {
+        let r = &self.rows[i];
+        let data = self.data.bytes();
+        SpilledRow {
+            sample_id: &self.sample_ids[r.sample_id.clone()],
+            source: r.source,
+            len: r.len,
+            layout: r.layout,
+            tokens: &data[r.tokens..r.tokens + r.len * r.layout.bytes_per_token()],
+        }
     }
 
     /// The rows in (key, sample_id) order.
