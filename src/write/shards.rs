@@ -15,15 +15,15 @@ use rayon::prelude::*;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
-/// Bucket bytes read at once, per pool thread and in all: enough buckets that every thread
-/// sorts one, few enough that the window, its encoded batches and those waiting to be written
-/// stay well inside the memory budget (about three times this).
-const WINDOW_BYTES_PER_THREAD: u64 = 16 << 20;
-const MAX_WINDOW_BYTES: u64 = 160 << 20;
+/// Bucket bytes read at once, per pool thread and in all: about a bucket per thread for a
+/// large build (a 913K-row spill has buckets of about 9 MB), few enough that the window and
+/// its encoded batches (about 1.7 times its bytes) stay well inside the memory budget.
+const WINDOW_BYTES_PER_THREAD: u64 = 8 << 20;
+const MAX_WINDOW_BYTES: u64 = 128 << 20;
 
-/// Encoded batches between the encoders and the writer: one window's worth is in flight while
-/// the next is read.
-const CHUNKS_IN_FLIGHT: usize = 64;
+/// Encoded batches (of a few MB each) between the encoders and the writer, so that the writer
+/// has work while the next window is read.
+const CHUNKS_IN_FLIGHT: usize = 16;
 
 /// Encoded bytes of a shard for the writer, and whether they end it.
 struct ShardChunk {
