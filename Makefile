@@ -10,7 +10,7 @@ MEMORY_ROWS ?= 0
 # so the median of five is the steady figure.
 REPEAT ?= 5
 
-.PHONY: test-speculators test-speculators-render test-speculators-vocab demo test test-rust test-oracle check-goldens goldens speculators-goldens lint bench dataset clean test-slurm
+.PHONY: test-speculators test-speculators-render test-speculators-vocab demo test test-rust test-oracle check-goldens goldens speculators-goldens lint bench bench-kit dataset clean test-slurm
 
 ## Build the demo dataset from fixtures shipped in the repo (offline, seconds), exactly as
 ## pipelines/demo.lock pins its inputs (`chatshards lock pipelines/demo.yaml` after editing them).
@@ -75,6 +75,26 @@ dataset:
 ## published figures in BENCHMARKS.md).
 bench: $(PY)
 	$(PY) tests/bench/bench.py --rows $(ROWS) --threads 2 --python $(PY) --memory-rows $(MEMORY_ROWS) --repeat $(REPEAT)
+
+## A folder that runs the thread sweep (tests/bench/sweep.py) on a host without the repository,
+## Rust or the network: a stripped release binary, the generator, the Python reference, the
+## tokenizer, template and HumanEval file, and (KIT_WHEELS=1) the reference's wheels for that
+## host's Python (KIT_PYTHON_VERSION, e.g. 3.12). See tests/bench/README.md.
+KIT ?= bench-kit
+KIT_PYTHON_VERSION ?= $(shell $(PYTHON) -c 'import sys; print(f"{sys.version_info[0]}.{sys.version_info[1]}")')
+bench-kit:
+	$(CARGO) build --release --bin chatshards
+	rm -rf $(KIT) && mkdir -p $(KIT)
+	cp $${CARGO_TARGET_DIR:-target}/release/chatshards $(KIT)/chatshards
+	strip $(KIT)/chatshards
+	cp tests/bench/sweep.py tests/bench/gen_synthetic.py tests/bench/py_reference.py \
+	   tests/bench/requirements.txt tests/bench/README.md templates/qwen3.6/tokenizer.json.zst \
+	   templates/qwen3.6/chat_template.jinja tests/fixtures/benchmarks/HumanEval.jsonl $(KIT)/
+	if [ "$(KIT_WHEELS)" = 1 ]; then $(PYTHON) -m pip download --quiet --dest $(KIT)/wheels \
+	   --only-binary=:all: --python-version $(KIT_PYTHON_VERSION) \
+	   --platform manylinux2014_x86_64 --platform manylinux_2_17_x86_64 \
+	   --platform manylinux_2_28_x86_64 -r tests/bench/requirements.txt; fi
+	@echo "kit in $(KIT)/: copy it to the host, then: python3 sweep.py --help"
 
 ## speculators' own code (needs torch: a large download, so not part of `make test`): stats and
 ## token_freq.pt recomputed, and the draft vocabulary goldens regenerated and compared.

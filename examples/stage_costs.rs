@@ -12,7 +12,7 @@
 
 use anyhow::{Context, Result};
 use chatshards::adapt::{to_sharegpt_record, Repairs};
-use chatshards::pipeline;
+use chatshards::engine;
 use chatshards::plan::{self, HubAccess};
 use chatshards::read::Record;
 use chatshards::render::plan_rows;
@@ -51,10 +51,10 @@ fn main() -> Result<()> {
     let batch: Option<usize> = args.next().map(|s| s.parse()).transpose()?;
     let (max_rows, max_bytes) = match batch {
         Some(rows) => (rows.max(1), usize::MAX),
-        None => (pipeline::JOB_MAX_ROWS, pipeline::JOB_BYTES),
+        None => (engine::JOB_MAX_ROWS, engine::JOB_BYTES),
     };
     let plan = plan::compile(pipeline.as_ref(), HubAccess::Locked)?;
-    let (processor, report) = chatshards::commands::build::processor(&plan)?;
+    let (processor, report) = chatshards::engine::session::processor(&plan)?;
     let source = plan.sources.first().context("the pipeline has no source")?;
     let path = source.files.first().context("the source has no file")?;
     let file = std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;

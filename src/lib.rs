@@ -2,21 +2,18 @@
 //! into tokenized, loss-masked Arrow shards, rendered with the model's own chat template.
 //!
 //! Stages, one module each: [`plan`] → [`read`] → [`adapt`] → [`validate`] → [`curate`] →
-//! [`render`] → [`tokenize`] → [`write`], driven by [`pipeline`], accounted in [`report`].
+//! [`render`] → [`tokenize`] → [`write`], driven by [`engine`], accounted in [`report`].
 
 pub mod adapt;
 pub mod cli;
 pub mod commands;
 pub mod conversation;
 pub mod curate;
+pub mod engine;
 pub mod frames;
 pub mod hub;
-pub mod journal;
-pub mod partition;
-pub mod pipeline;
 pub mod plan;
 pub mod printer;
-pub mod process;
 pub mod progress;
 pub mod read;
 pub mod reject;
@@ -67,8 +64,8 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
                     anyhow::bail!("`--parts-dir` goes with `--part I/N` or `--parts N`")
                 }
                 (None, None) => None,
-                (Some(part), None) => Some(partition::PartSpec::parse(&part)),
-                (None, Some(count)) => Some(partition::PartSpec::from_env(count)),
+                (Some(part), None) => Some(engine::partition::PartSpec::parse(&part)),
+                (None, Some(count)) => Some(engine::partition::PartSpec::from_env(count)),
                 (Some(_), Some(_)) => {
                     Some(Err("give `--part I/N` or `--parts N`, not both".into()))
                 }
@@ -96,7 +93,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
             timings,
             fresh,
         } => {
-            partition::PartSpec::new(0, parts).map_err(anyhow::Error::msg)?;
+            engine::partition::PartSpec::new(0, parts).map_err(anyhow::Error::msg)?;
             build(
                 pipeline,
                 threads,

@@ -3,8 +3,8 @@
 //! (token ids), never by chatshards.
 
 use chatshards::adapt::{Adapter, OpenAiAdapter, Repairs};
+use chatshards::engine::row_path::RowProcessor;
 use chatshards::plan::config::{LengthPolicy, RenderPolicy};
-use chatshards::process::RowProcessor;
 use chatshards::render::{plan_rows, Engine, Renderer};
 use chatshards::tokenize::Tokenizer;
 use chatshards::validate::Validator;
@@ -454,7 +454,7 @@ fn long_chat(queries: usize) -> chatshards::conversation::Conversation {
 /// both length policies and both multi-row policies.
 #[test]
 fn streamed_rows_equal_every_row_filtered() {
-    use chatshards::process::{Outcome, SpotChecks};
+    use chatshards::engine::row_path::{Outcome, SpotChecks};
     use chatshards::report::timings::Timings;
     let c = long_chat(40);
     for policy in [RenderPolicy::Expand, RenderPolicy::Turns] {
@@ -541,7 +541,8 @@ fn speculators_07_preset_reproduces_speculators_rows() {
     let (settings, policy) = config.resolve(None).expect("the preset resolves");
     assert_eq!(policy, RenderPolicy::All);
     let mut p = processor(Map::new(), policy);
-    p.mask = chatshards::process::mask_rule(&settings, &p.renderer, tokenizer()).expect("rule");
+    p.mask =
+        chatshards::engine::row_path::mask_rule(&settings, &p.renderer, tokenizer()).expect("rule");
     let adapter = Adapter::OpenAi(OpenAiAdapter::default());
     let validator = Validator::new(&tokenizer().forbidden);
     let (mut compared, mut bad) = (0, Vec::new());

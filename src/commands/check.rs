@@ -1,6 +1,6 @@
 //! `chatshards check PIPELINE.yaml`: a preflight in seconds. Plans the pipeline (every config
 //! error at once), resolves its inputs (offline when it has a lockfile), runs a seeded sample of
-//! each source through the whole row path (`pipeline::run` on a plan whose reads yield only the
+//! each source through the whole row path (`engine::run` on a plan whose reads yield only the
 //! sampled rows, into a temporary directory removed afterwards), and reports per source what a
 //! full build would keep, its token counts, the projected totals and mix, and one rendered row.
 //!
@@ -9,8 +9,8 @@
 
 use crate::curate::ledger::{MixLine, Shares};
 use crate::curate::select::{MixConfig, MixTarget, Shortfall};
+use crate::engine::{self, NoProgress, Sinks};
 use crate::hub::Lockfile;
-use crate::pipeline::{self, NoProgress, Sinks};
 use crate::plan::{self, HubAccess};
 use crate::printer::Printer;
 use crate::read::sample::{self, FileSurvey, RowCount};
@@ -215,7 +215,7 @@ pub fn run(args: &CheckArgs, printer: &Printer) -> Result<()> {
         bytes_read: counter.clone(),
     }));
 
-    let (processor, _) = super::build::processor(&plan)?;
+    let (processor, _) = crate::engine::session::processor(&plan)?;
     let pool = rayon::ThreadPoolBuilder::new()
         .num_threads(args.threads.unwrap_or(0))
         .build()
@@ -230,7 +230,7 @@ pub fn run(args: &CheckArgs, printer: &Printer) -> Result<()> {
         conversations: &mut conversations,
     };
     let timings = Timings::default();
-    let run = pipeline::run(&plan, &processor, &mut sinks, &NoProgress, &pool, &timings)?;
+    let run = engine::run(&plan, &processor, &mut sinks, &NoProgress, &pool, &timings)?;
     let stats = run.settled.stats;
 
     // Per output row: (tokens, supervised), and the first row of each source.

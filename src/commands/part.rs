@@ -1,9 +1,9 @@
 //! `chatshards build PIPELINE.yaml --part I/N`: one part of a partitioned build (see
-//! [`crate::partition`]).
+//! [`crate::engine::partition`]).
 
-use super::build::{processor, resume_key};
-use crate::partition::{self, PartSpec, PartWriter};
-use crate::pipeline::{self, NoProgress};
+use crate::engine::partition::{self, PartSpec, PartWriter};
+use crate::engine::session::{processor, resume_key};
+use crate::engine::{self, NoProgress};
 use crate::plan::{self, HubAccess};
 use crate::printer::Printer;
 use crate::report::timings::Timings;
@@ -40,7 +40,7 @@ pub fn run(args: &PartArgs, printer: &Printer) -> Result<()> {
     let mut writer = PartWriter::create(&dir, part, &key)
         .with_context(|| format!("failed to create `{}`", part.path(&dir).display()))?;
     let timings = Timings::default();
-    pipeline::scan_part(&plan, &processor, &NoProgress, &pool, &timings, &mut writer)?;
+    engine::scan_part(&plan, &processor, &NoProgress, &pool, &timings, &mut writer)?;
     let (path, rows) = writer
         .finish()
         .with_context(|| format!("failed to write `{}`", part.path(&dir).display()))?;

@@ -7,9 +7,9 @@
 //! as given: no validation repairs, no length rules.
 
 use crate::adapt::{Adapter, OpenAiAdapter, Repairs};
+use crate::engine::row_path::{RowProcessor, Tokenized};
 use crate::plan::config::{LengthPolicy, RenderPolicy};
 use crate::printer::Printer;
-use crate::process::{RowProcessor, Tokenized};
 use crate::read::{next_line, Line};
 use crate::reject::{Reject, RejectReason};
 use crate::render::Renderer;

@@ -11,11 +11,10 @@
 //! is an HTTP 400 with the reason, in vLLM's error shape; a body over `--max-body-bytes` is a
 //! 413. `GET /health` and `GET /v1/models` answer as vLLM's do, for clients that probe.
 
-use super::build;
 use crate::adapt::{Adapter, OpenAiAdapter, Repairs};
+use crate::engine::row_path::RowProcessor;
 use crate::plan::{self, config::RenderPolicy, HubAccess};
 use crate::printer::Printer;
-use crate::process::RowProcessor;
 use crate::reject::RejectReason;
 use crate::render::{Engine, Renderer};
 use anyhow::{Context, Result};
@@ -114,7 +113,7 @@ impl Service {
                     anyhow::bail!("--kwargs goes with --template; a pipeline's kwargs are its `template.kwargs`");
                 }
                 let plan = plan::compile(pipeline, HubAccess::Auto)?;
-                let (processor, _) = build::processor(&plan)?;
+                let (processor, _) = crate::engine::session::processor(&plan)?;
                 let t = plan.template;
                 (processor, t.source, t.kwargs, t.engine, plan.name)
             }

@@ -14,8 +14,8 @@
 //! A dataset replaced while it is read (a build's final swap) could look damaged: a check that
 //! fails when the directory or its manifest changed during it runs once more on the new one.
 
-use super::build::BuildArgs;
 use super::dataset_dir::{read_shard, OutputDir};
+use crate::engine::session::BuildArgs;
 use crate::hub::{hash_file, Lockfile};
 use crate::printer::Printer;
 use crate::write::identity::{self, Identity, IdentityInput, InputKind};
@@ -408,7 +408,7 @@ fn rebuild(out: &OutputDir, threads: Option<usize>, printer: &Printer) -> Result
         pipeline.display(),
         temp.display()
     ));
-    let built = super::build::run(
+    let built = crate::engine::session::run(
         &BuildArgs {
             pipeline,
             threads,

@@ -9,8 +9,8 @@ use super::ledger::Scanned;
 use super::near_dup::MinHasher;
 use super::text::RowText;
 use crate::conversation::Conversation;
+use crate::engine::row_path::Tokenized;
 use crate::plan::Plan;
-use crate::process::Tokenized;
 
 pub struct Curator<'p> {
     /// Per source: the global filters, then the source's own.

@@ -267,6 +267,11 @@ impl DatasetStats {
         &mut self.sources[source]
     }
 
+    /// Empty statistics for the same sources and vocabulary, to be [merged](Self::merge) back.
+    pub fn empty_like(&self) -> Self {
+        DatasetStats::new(self.names.clone(), self.vocab_size)
+    }
+
     /// Counts one output row: its ids and loss mask (same length; extra mask entries ignored).
     pub fn add_row(&mut self, source: usize, ids: &[i32], mask: &[i8]) {
         let mut supervised = 0u64;

@@ -20,7 +20,9 @@ pub use shard::{
     schema, BatchBuilder, ShardEncoder, ShardSummary, ShardWriter, BATCH_ROWS as SHARD_BATCH_ROWS,
 };
 pub use shards::{write_shards, ShardLayout};
-pub use spill::{shuffle_key, Bucket, LoadedBucket, Spill, SpillState, SpilledBucket, SpilledRow};
+pub use spill::{
+    shuffle_key, Bucket, EncodedRow, LoadedBucket, Spill, SpillState, SpilledBucket, SpilledRow,
+};
 
 /// One tokenized output row.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -30,7 +30,7 @@
 //!   killed build never leaves it stuck. The (empty) lock file stays: removing it would let two
 //!   builds lock two different files.
 //! - **Resume.** The staging directory holds the build's working files in `.work/` (the spill
-//!   and the journal, [`crate::journal`]). A build killed (SIGKILL, power loss) or interrupted
+//!   and the journal, [`crate::engine::journal`]). A build killed (SIGKILL, power loss) or interrupted
 //!   (SIGINT / SIGTERM) once a pass is recorded leaves `DIR.partial` in place, and the next build
 //!   of the same pipeline and inputs goes on from it; a build of something else refuses, naming
 //!   what changed, until it is run with `--fresh` (which discards it). `.work/` is moved out
@@ -45,7 +45,7 @@ use std::io::Write;
 use std::path::{Component, Path, PathBuf};
 use std::sync::Mutex;
 
-use crate::journal::{Journal, ResumeKey};
+use crate::engine::journal::{Journal, ResumeKey};
 
 /// Every fixed file name a build writes into its output directory, besides the shards the
 /// manifest lists. A new output file is one more line here (and then recognized and replaced).

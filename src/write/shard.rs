@@ -202,6 +202,15 @@ impl ShardEncoder {
     }
 
     /// The bytes that follow those returned so far, up to and including `batch`.
+    /// An encoder for a batch in the middle of a shard: its bytes are the batch's message
+    /// alone, without the schema that opens a stream (no state carries from one batch of a
+    /// stream to the next: no dictionaries, no compression), so batches encode in parallel.
+    pub fn continuing(mask: MaskDtype) -> Result<Self, String> {
+        let mut encoder = ShardEncoder::new(mask)?;
+        encoder.writer.get_mut().clear();
+        Ok(encoder)
+    }
+
     pub fn encode(&mut self, batch: &RecordBatch) -> Result<Vec<u8>, String> {
         self.writer.write(batch).map_err(|e| e.to_string())?;
         Ok(std::mem::take(self.writer.get_mut()))

@@ -1,15 +1,29 @@
 //! The shard phase: spilled rows, bucket by bucket in key order, into the Arrow shards, with
-//! the row statistics gathered on the way. One thread loads and sorts the buckets and builds and
-//! encodes the record batches while the caller's thread writes them.
+//! the row statistics gathered on the way. Buckets are read and sorted, and record batches
+//! built and encoded, in parallel on the build's pool, a window of buckets at a time; the
+//! caller's thread writes the encoded batches in order (and a thread per shard hashes them).
+//! Which rows go in which batch and shard depends only on the rows' order, so the bytes are the
+//! same at any thread count.
 
 use super::{
-    shard_name, BatchBuilder, Bucket, LoadedBucket, ShardEncoder, ShardSummary, ShardWriter, Spill,
+    shard_name, BatchBuilder, Bucket, ShardEncoder, ShardSummary, ShardWriter, Spill,
     SpilledBucket, WriteError, SHARD_BATCH_ROWS,
 };
 use crate::report::stats::DatasetStats;
 use anyhow::{bail, Result};
+use rayon::prelude::*;
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+
+/// Bucket bytes read at once, per pool thread and in all: about a bucket per thread for a
+/// large build (a 913K-row spill has buckets of about 9 MB), few enough that the window and
+/// its encoded batches (about 1.7 times its bytes) stay well inside the memory budget.
+const WINDOW_BYTES_PER_THREAD: u64 = 8 << 20;
+const MAX_WINDOW_BYTES: u64 = 128 << 20;
+
+/// Encoded batches (of a few MB each) between the encoders and the writer, so that the writer
+/// has work while the next window is read.
+const CHUNKS_IN_FLIGHT: usize = 16;
 
 /// Encoded bytes of a shard for the writer, and whether they end it.
 struct ShardChunk {
@@ -28,14 +42,38 @@ pub struct ShardLayout<'a> {
     pub excluded: &'a std::collections::HashSet<String>,
 }
 
-/// Appends the spilled rows to the shards in key order. A thread loads and sorts the buckets
-/// and builds and encodes the record batches while this one writes them (and a third hashes).
+/// The rows of one record batch: (bucket, row in it) in output order.
+struct BatchPlan {
+    shard: usize,
+    rows: Vec<(Arc<Bucket>, usize)>,
+    /// The first batch of its shard (its bytes open the stream with the schema).
+    starts_shard: bool,
+    ends_shard: bool,
+}
+
+/// Appends the spilled rows to the shards in key order, on `pool` (see the module doc).
 pub fn write_shards(
     dir: &Path,
     spill: Spill,
     layout: &ShardLayout,
     sources: Arc<Vec<String>>,
     stats: &mut DatasetStats,
+    pool: &rayon::ThreadPool,
+) -> Result<Vec<ShardSummary>> {
+    let threads = pool.current_num_threads().max(1) as u64;
+    let window_bytes = (WINDOW_BYTES_PER_THREAD * threads).min(MAX_WINDOW_BYTES);
+    write_windowed(dir, spill, layout, sources, stats, pool, window_bytes)
+}
+
+/// [`write_shards`], reading windows of about `window_bytes` of buckets.
+fn write_windowed(
+    dir: &Path,
+    spill: Spill,
+    layout: &ShardLayout,
+    sources: Arc<Vec<String>>,
+    stats: &mut DatasetStats,
+    pool: &rayon::ThreadPool,
+    window_bytes: u64,
 ) -> Result<Vec<ShardSummary>> {
     let ShardLayout {
         total_rows,
@@ -45,30 +83,16 @@ pub fn write_shards(
     } = *layout;
     let count = total_rows.div_ceil(rows_per_shard as u64) as usize;
     let buckets = spill.finish()?;
-    let (tx, rx) = std::sync::mpsc::sync_channel::<ShardChunk>(2);
-    std::thread::scope(|scope| {
-        // The next bucket is read on a thread of their own while this one is written, since
-        // direct reads wait for the disk. The hand-over is a rendezvous and each buffer goes
-        // back for reuse before the next is taken, so two buffers exist, not more.
-        let (loaded_tx, loaded) = std::sync::mpsc::sync_channel::<Result<LoadedBucket, _>>(0);
-        let (spare_tx, spare) = std::sync::mpsc::channel::<Vec<u8>>();
+    let threads = pool.current_num_threads().max(1);
+    // Each pool thread counts into its own statistics (merged at the end: sums, minima and
+    // maxima, so the order does not matter).
+    let locals: Vec<Mutex<DatasetStats>> = (0..threads)
+        .map(|_| Mutex::new(stats.empty_like()))
+        .collect();
+    let (tx, rx) = std::sync::mpsc::sync_channel::<ShardChunk>(CHUNKS_IN_FLIGHT);
+    let shards = std::thread::scope(|scope| {
+        let locals = &locals;
         scope.spawn(move || {
-            let fresh = || SpilledBucket::buffer_for(&buckets);
-            for bucket in &buckets {
-                let loaded = Bucket::load(bucket, spare.try_recv().unwrap_or_else(|_| fresh()));
-                // The bucket files stay until the dataset is in place: a build killed
-                // while writing shards resumes from them.
-                let ok = loaded.is_ok();
-                if loaded_tx.send(loaded).is_err() || !ok {
-                    return;
-                }
-            }
-        });
-        scope.spawn(move || {
-            let (mut shard, mut in_shard, mut seen) = (0usize, 0usize, 0u64);
-            let mut builder = BatchBuilder::new(mask_dtype);
-            let mut encoder: Option<ShardEncoder> = None;
-            let (mut ids, mut mask) = (Vec::new(), Vec::new());
             let arrow_err = |shard: usize, message: String| WriteError::Arrow {
                 path: dir.join(shard_name(shard, count)),
                 message,
@@ -81,66 +105,76 @@ pub fn write_shards(
                     ends_shard: false,
                 });
             };
-            for loaded in loaded {
-                let bucket = match loaded.and_then(Bucket::index) {
-                    Ok(bucket) => bucket,
-                    Err(e) => return fail(shard, e),
-                };
-                for row in bucket.rows() {
-                    // Rows tokenized but not selected (CURATION.md): `source:file:row` of the
-                    // `source:file:row:segment` id.
-                    if !excluded.is_empty()
-                        && row
-                            .sample_id
-                            .rsplit_once(':')
-                            .is_some_and(|(conversation, _)| excluded.contains(conversation))
-                    {
-                        continue;
-                    }
-                    if let Err(message) = builder.push(&row, &sources) {
-                        return fail(shard, arrow_err(shard, message));
-                    }
-                    ids.clear();
-                    mask.clear();
-                    row.append_to(&mut ids, &mut mask);
-                    stats.add_row(usize::from(row.source), &ids, &mask);
-                    in_shard += 1;
-                    seen += 1;
-                    let ends_shard = in_shard == rows_per_shard || seen == total_rows;
-                    if builder.rows() < SHARD_BATCH_ROWS && !ends_shard {
-                        continue;
-                    }
-                    let rows = builder.rows() as u64;
-                    let bytes = (|| {
-                        let batch = builder.finish()?;
-                        let enc = match encoder.as_mut() {
-                            Some(enc) => enc,
-                            None => encoder.insert(ShardEncoder::new(mask_dtype)?),
-                        };
-                        let mut bytes = enc.encode(&batch)?;
-                        if ends_shard {
-                            if let Some(enc) = encoder.take() {
-                                bytes.extend(enc.finish()?);
+            let (mut shard, mut in_shard, mut seen) = (0usize, 0usize, 0u64);
+            let mut batch_in_shard = 0usize;
+            // Rows of a batch not full at the end of a window: it goes on in the next.
+            let mut pending: Vec<(Arc<Bucket>, usize)> = Vec::new();
+            for window in windows(&buckets, window_bytes) {
+                let loaded: Vec<Result<Bucket, WriteError>> = pool.install(|| {
+                    window
+                        .par_iter()
+                        .map(|spilled| {
+                            let mut bucket = Bucket::read(spilled, Vec::new())?;
+                            // Rows tokenized but not selected (CURATION.md): `source:file:row`
+                            // of the `source:file:row:segment` id.
+                            if !excluded.is_empty() {
+                                bucket.retain(|id| {
+                                    !id.rsplit_once(':').is_some_and(|(conversation, _)| {
+                                        excluded.contains(conversation)
+                                    })
+                                });
                             }
-                        }
-                        Ok(bytes)
-                    })()
-                    .map_err(|message| arrow_err(shard, message));
-                    let chunk = ShardChunk {
-                        shard,
-                        bytes,
-                        rows,
-                        ends_shard,
+                            Ok(bucket)
+                        })
+                        .collect()
+                });
+                let mut plans = Vec::new();
+                for bucket in loaded {
+                    let bucket = match bucket {
+                        Ok(bucket) => Arc::new(bucket),
+                        Err(e) => return fail(shard, e),
                     };
-                    if tx.send(chunk).is_err() {
-                        return;
-                    }
-                    if ends_shard {
-                        shard += 1;
-                        in_shard = 0;
+                    for i in 0..bucket.len() {
+                        pending.push((Arc::clone(&bucket), i));
+                        in_shard += 1;
+                        seen += 1;
+                        let ends_shard = in_shard == rows_per_shard || seen == total_rows;
+                        if pending.len() < SHARD_BATCH_ROWS && !ends_shard {
+                            continue;
+                        }
+                        plans.push(BatchPlan {
+                            shard,
+                            rows: std::mem::take(&mut pending),
+                            starts_shard: batch_in_shard == 0,
+                            ends_shard,
+                        });
+                        batch_in_shard += 1;
+                        if ends_shard {
+                            shard += 1;
+                            in_shard = 0;
+                            batch_in_shard = 0;
+                        }
                     }
                 }
-                let _ = spare_tx.send(bucket.into_buffer());
+                let encoded: Vec<ShardChunk> = pool.install(|| {
+                    plans
+                        .par_iter()
+                        .map(|plan| ShardChunk {
+                            shard: plan.shard,
+                            bytes: encode(plan, mask_dtype, &sources, locals)
+                                .map_err(|message| arrow_err(plan.shard, message)),
+                            rows: plan.rows.len() as u64,
+                            ends_shard: plan.ends_shard,
+                        })
+                        .collect()
+                });
+                drop(plans);
+                for chunk in encoded {
+                    let failed = chunk.bytes.is_err();
+                    if tx.send(chunk).is_err() || failed {
+                        return;
+                    }
+                }
             }
         });
         let mut shards = Vec::with_capacity(count);
@@ -171,7 +205,68 @@ pub fn write_shards(
             );
         }
         Ok(shards)
-    })
+    })?;
+    for local in locals {
+        let local = local
+            .into_inner()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        stats.merge(&local);
+    }
+    Ok(shards)
+}
+
+/// Consecutive runs of buckets of about `bytes` in all (at least one bucket each).
+fn windows(buckets: &[SpilledBucket], bytes: u64) -> Vec<&[SpilledBucket]> {
+    let mut windows = Vec::new();
+    let (mut start, mut size) = (0, 0u64);
+    for (i, bucket) in buckets.iter().enumerate() {
+        if i > start && size + bucket.len() > bytes {
+            windows.push(&buckets[start..i]);
+            (start, size) = (i, 0);
+        }
+        size += bucket.len();
+    }
+    if start < buckets.len() {
+        windows.push(&buckets[start..]);
+    }
+    windows
+}
+
+/// One record batch's IPC bytes (with the stream's schema before it when it opens a shard, and
+/// the stream's end after it when it closes one); its rows are counted in the calling pool
+/// thread's statistics.
+fn encode(
+    plan: &BatchPlan,
+    mask_dtype: crate::tokenize::mask_config::MaskDtype,
+    sources: &[String],
+    locals: &[Mutex<DatasetStats>],
+) -> Result<Vec<u8>, String> {
+    let mut builder = BatchBuilder::new(mask_dtype);
+    let (mut ids, mut mask) = (Vec::new(), Vec::new());
+    let slot = rayon::current_thread_index().unwrap_or(0) % locals.len();
+    let mut stats = locals[slot]
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    for (bucket, i) in &plan.rows {
+        let row = bucket.row(*i);
+        builder.push(&row, sources)?;
+        ids.clear();
+        mask.clear();
+        row.append_to(&mut ids, &mut mask);
+        stats.add_row(usize::from(row.source), &ids, &mask);
+    }
+    drop(stats);
+    let batch = builder.finish()?;
+    let mut encoder = if plan.starts_shard {
+        ShardEncoder::new(mask_dtype)?
+    } else {
+        ShardEncoder::continuing(mask_dtype)?
+    };
+    let mut bytes = encoder.encode(&batch)?;
+    if plan.ends_shard {
+        bytes.extend(encoder.finish()?);
+    }
+    Ok(bytes)
 }
 
 #[cfg(test)]
@@ -186,6 +281,67 @@ mod tests {
             .expect("stream")
             .map(|b| b.expect("batch").num_rows())
             .collect()
+    }
+
+    #[test]
+    fn shards_are_the_same_bytes_at_any_thread_count_and_window() {
+        // Rows spread over all 256 buckets; some conversations left out; shards and batches
+        // that end inside buckets and windows.
+        let write = |threads: usize, window_bytes: u64| {
+            let dir = tempfile::tempdir().expect("tempdir");
+            let mut spill = Spill::new(&dir.path().join(".spill"), true).expect("spill");
+            for i in 0..2600u32 {
+                let sample_id = format!("s:0:{}:{}", i / 2, i % 2);
+                spill
+                    .push(&TokenRow {
+                        key: shuffle_key(7, &sample_id),
+                        sample_id,
+                        source: (i % 2) as u16,
+                        ids: (0..(i % 17) + 1).collect(),
+                        mask: (0..(i % 17) + 1).map(|t| (t % 2) as u8).collect(),
+                    })
+                    .expect("push");
+            }
+            let excluded = (0..1300).step_by(7).map(|c| format!("s:0:{c}")).collect();
+            let layout = ShardLayout {
+                total_rows: 2600 - 2 * 186,
+                rows_per_shard: 700,
+                mask_dtype: Default::default(),
+                excluded: &excluded,
+            };
+            let pool = rayon::ThreadPoolBuilder::new()
+                .num_threads(threads)
+                .build()
+                .expect("pool");
+            let mut stats = DatasetStats::new(vec!["a".into(), "b".into()], 20);
+            let sources = Arc::new(vec!["a".to_owned(), "b".to_owned()]);
+            let shards = write_windowed(
+                dir.path(),
+                spill,
+                &layout,
+                sources,
+                &mut stats,
+                &pool,
+                window_bytes,
+            )
+            .expect("write");
+            let freq = (
+                stats.token_freq_all().to_vec(),
+                stats.token_freq_supervised().to_vec(),
+            );
+            let stats = serde_json::to_string(&stats.file()).expect("stats");
+            (shards, stats, freq)
+        };
+        let one = write(1, u64::MAX);
+        assert_eq!(one.0.len(), 4);
+        assert_eq!(one.0.iter().map(|s| s.rows).sum::<u64>(), 2600 - 2 * 186);
+        for (threads, window) in [(3, 1), (4, 2000), (2, 1 << 20)] {
+            assert_eq!(
+                write(threads, window),
+                one,
+                "{threads} threads, window {window}"
+            );
+        }
     }
 
     #[test]
@@ -223,8 +379,19 @@ mod tests {
                 mask_dtype: Default::default(),
                 excluded: &excluded,
             };
-            let shards = write_shards(dir.path(), spill, &layout, Arc::new(vec![]), &mut stats)
-                .expect("write");
+            let pool = rayon::ThreadPoolBuilder::new()
+                .num_threads(3)
+                .build()
+                .expect("pool");
+            let shards = write_shards(
+                dir.path(),
+                spill,
+                &layout,
+                Arc::new(vec![]),
+                &mut stats,
+                &pool,
+            )
+            .expect("write");
             assert_eq!(stats.file().total.rows, total);
             assert_eq!(stats.file().total.tokens, 2 * total);
             let sizes: Vec<u64> = shards.iter().map(|s| s.rows).collect();

@@ -66,7 +66,21 @@ impl Spill {
     }
 
     pub fn push(&mut self, row: &TokenRow) -> Result<(), WriteError> {
-        let b = self.bucket_of(row.key);
+        let mut scratch = std::mem::take(&mut self.scratch);
+        encode(row, &mut scratch);
+        let pushed = self.append(row.key, &scratch);
+        self.scratch = scratch;
+        pushed
+    }
+
+    /// Appends a row that was encoded elsewhere (see [`EncodedRow`]).
+    pub fn push_encoded(&mut self, row: &EncodedRow) -> Result<(), WriteError> {
+        self.append(row.key(), &row.bytes)
+    }
+
+    /// Appends one encoded row with this key to its bucket.
+    fn append(&mut self, key: u64, encoded: &[u8]) -> Result<(), WriteError> {
+        let b = self.bucket_of(key);
         if self.buckets.len() <= b {
             self.buckets.resize_with(b + 1, || None);
         }
@@ -80,8 +94,7 @@ impl Spill {
         let Some(w) = self.buckets[b].as_mut() else {
             return Err(WriteError::Corrupt(self.path(b)));
         };
-        encode(row, &mut self.scratch);
-        if let Err(e) = w.write_all(&self.scratch) {
+        if let Err(e) = w.write_all(encoded) {
             return Err(WriteError::Io(self.path(b), e));
         }
         self.rows += 1;
@@ -169,6 +182,15 @@ pub struct SpilledBucket {
 }
 
 impl SpilledBucket {
+    /// Bytes of its rows.
+    pub fn len(&self) -> u64 {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
     /// A buffer that [`Bucket::load`] can read any of `buckets` into without growing it: a
     /// reused buffer that had to grow would briefly exist twice.
     pub fn buffer_for(buckets: &[SpilledBucket]) -> Vec<u8> {
@@ -346,6 +368,25 @@ impl Bucket {
         self.rows.is_empty()
     }
 
+    /// Keeps only the rows whose sample id `keep` accepts (order unchanged).
+    pub fn retain(&mut self, keep: impl Fn(&str) -> bool) {
+        let ids = &self.sample_ids;
+        self.rows.retain(|r| keep(&ids[r.sample_id.clone()]));
+    }
+
+    /// Row `i` in (key, sample_id) order.
+    pub fn row(&self, i: usize) -> SpilledRow<'_> {
+        let r = &self.rows[i];
+        let data = self.data.bytes();
+        SpilledRow {
+            sample_id: &self.sample_ids[r.sample_id.clone()],
+            source: r.source,
+            len: r.len,
+            layout: r.layout,
+            tokens: &data[r.tokens..r.tokens + r.len * r.layout.bytes_per_token()],
+        }
+    }
+
     /// The rows in (key, sample_id) order.
     pub fn rows(&self) -> impl Iterator<Item = SpilledRow<'_>> {
         let data = self.data.bytes();
@@ -393,35 +434,78 @@ fn parse_row(data: &[u8], at: &mut usize, sample_ids: &mut String) -> Option<Row
     })
 }
 
+/// A row encoded for the spill where it was made (on a pool worker), so that the in-order
+/// commit only appends its bytes. The key can still be set: when not shuffling it is the
+/// arrival sequence, known only at the commit.
+pub struct EncodedRow {
+    bytes: Vec<u8>,
+}
+
+impl EncodedRow {
+    pub fn new(key: u64, sample_id: &str, source: u16, ids: &[u32], mask: &[u8]) -> EncodedRow {
+        let mut bytes = Vec::new();
+        encode_parts(key, sample_id, source, ids, mask, &mut bytes);
+        EncodedRow { bytes }
+    }
+
+    pub fn set_key(&mut self, key: u64) {
+        self.bytes[..8].copy_from_slice(&key.to_le_bytes());
+    }
+
+    fn key(&self) -> u64 {
+        let mut key = [0u8; 8];
+        key.copy_from_slice(&self.bytes[..8]);
+        u64::from_le_bytes(key)
+    }
+}
+
 /// Appends `row` to `out` (cleared first): key, source, sample id, token count, [`Layout`] tag,
 /// tokens.
 fn encode(row: &TokenRow, out: &mut Vec<u8>) {
-    debug_assert_eq!(row.ids.len(), row.mask.len());
-    let layout = Layout::of(&row.ids, &row.mask);
+    encode_parts(
+        row.key,
+        &row.sample_id,
+        row.source,
+        &row.ids,
+        &row.mask,
+        out,
+    );
+}
+
+fn encode_parts(
+    key: u64,
+    sample_id: &str,
+    source: u16,
+    ids: &[u32],
+    mask: &[u8],
+    out: &mut Vec<u8>,
+) {
+    debug_assert_eq!(ids.len(), mask.len());
+    let layout = Layout::of(ids, mask);
     out.clear();
-    out.reserve(19 + row.sample_id.len() + row.ids.len() * layout.bytes_per_token());
-    out.extend_from_slice(&row.key.to_le_bytes());
-    out.extend_from_slice(&row.source.to_le_bytes());
-    out.extend_from_slice(&(row.sample_id.len() as u32).to_le_bytes());
-    out.extend_from_slice(row.sample_id.as_bytes());
-    out.extend_from_slice(&(row.ids.len() as u32).to_le_bytes());
+    out.reserve(19 + sample_id.len() + ids.len() * layout.bytes_per_token());
+    out.extend_from_slice(&key.to_le_bytes());
+    out.extend_from_slice(&source.to_le_bytes());
+    out.extend_from_slice(&(sample_id.len() as u32).to_le_bytes());
+    out.extend_from_slice(sample_id.as_bytes());
+    out.extend_from_slice(&(ids.len() as u32).to_le_bytes());
     out.push(layout.tag());
     let tokens = out.len();
     match layout {
         Layout::Packed => {
-            out.resize(tokens + 3 * row.ids.len(), 0);
+            out.resize(tokens + 3 * ids.len(), 0);
             let slots = out[tokens..].chunks_exact_mut(3);
-            for ((slot, &id), &m) in slots.zip(&row.ids).zip(&row.mask) {
+            for ((slot, &id), &m) in slots.zip(ids).zip(mask) {
                 let v = id | u32::from(m) << 23;
                 slot.copy_from_slice(&v.to_le_bytes()[..3]);
             }
         }
         Layout::Wide => {
-            out.resize(tokens + 4 * row.ids.len(), 0);
-            for (slot, id) in out[tokens..].chunks_exact_mut(4).zip(&row.ids) {
+            out.resize(tokens + 4 * ids.len(), 0);
+            for (slot, id) in out[tokens..].chunks_exact_mut(4).zip(ids) {
                 slot.copy_from_slice(&id.to_le_bytes());
             }
-            out.extend_from_slice(&row.mask);
+            out.extend_from_slice(mask);
         }
     }
 }

@@ -25,9 +25,9 @@
 //! every input's size and modification time); per source and file, the rows in read order and
 //! a file end with the counts; an end frame with the row count.
 
+use crate::engine::journal::ResumeKey;
+use crate::engine::ScanRow;
 use crate::frames::FrameReader;
-use crate::journal::ResumeKey;
-use crate::pipeline::ScanRow;
 use crate::plan::Plan;
 use crate::read::{FileSample, ReadError, Sampling, Splitting};
 use serde::{Deserialize, Serialize};
@@ -382,8 +382,8 @@ impl Parts {
         &mut self,
         source: usize,
         files: usize,
-        sink: &mut dyn FnMut(PartRow) -> Result<(), crate::pipeline::RunError>,
-    ) -> Result<(), crate::pipeline::RunError> {
+        sink: &mut dyn FnMut(PartRow) -> Result<(), crate::engine::RunError>,
+    ) -> Result<(), crate::engine::RunError> {
         for file in 0..files {
             let (mut records, mut lines) = (0u64, 0u64);
             for part in &mut self.parts {

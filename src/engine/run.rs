@@ -17,15 +17,15 @@ use crate::curate::ledger::{
 };
 use crate::curate::row::Curator;
 use crate::curate::select::AllocError;
-use crate::journal::{Journal, JournalError, PassKind, Positions, Recorder, RowEvent};
-use crate::partition::{PartError, PartWriter, Parts};
+use crate::engine::journal::{Journal, JournalError, PassKind, Positions, Recorder, RowEvent};
+use crate::engine::partition::{PartError, PartWriter, Parts};
+use crate::engine::row_path::{Outcome, RowProcessor, SpotChecks, Tokenized};
 use crate::plan::Plan;
-use crate::process::{Outcome, RowProcessor, SpotChecks, Tokenized};
 use crate::read::{read_files_with, FileSample, RawRow, ReadError, Record};
 use crate::reject::{Reject, Skip};
 use crate::report::timings::{PoolStage, Timings};
 use crate::report::SourceStats;
-use crate::write::{shuffle_key, SideOutput, Spill, TokenRow};
+use crate::write::{shuffle_key, EncodedRow, SideOutput, Spill};
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -52,6 +52,12 @@ const MIN_IN_FLIGHT: usize = 16;
 /// queues at least what the estimate says is missing, so this bound is never reached on real
 /// data; it only keeps a pathological estimate from looping.
 const MAX_WORK_ROUNDS: usize = 64;
+
+/// Least time between two segments of a pass after its first (see [`Out::segment`]): a
+/// segment syncs every output file (tens of milliseconds), so however small
+/// `CHATSHARDS_CHECKPOINT_ROWS` is, checkpoints take a few percent of a build at most, and a
+/// killed build redoes about this much work more.
+const MIN_SEGMENT_INTERVAL: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// Where a run writes its side outputs and rows.
 pub struct Sinks<'a> {
@@ -140,7 +146,7 @@ pub fn run(
     )
 }
 
-/// Part `part`'s scan (see [`crate::partition`]): every source's share of rows through read,
+/// Part `part`'s scan (see [`crate::engine::partition`]): every source's share of rows through read,
 /// adapt, validate and the per-row curation, each row's record to `writer` in read order.
 /// `plan.read_options.sample` must hold the part's shares.
 pub fn scan_part(
@@ -217,7 +223,7 @@ pub fn scan_part(
 
 /// [`run`], recording each pass in `journal` and replaying the passes it has recorded already
 /// (a resumed build: `sinks` then stand where the last recorded pass left them, see
-/// [`crate::journal`]). With `parts` (a merge), the scans replay the parts' records instead of
+/// [`crate::engine::journal`]). With `parts` (a merge), the scans replay the parts' records instead of
 /// reading the inputs; everything after them is the same.
 #[allow(clippy::too_many_arguments)]
 pub fn run_journaled(
@@ -389,17 +395,23 @@ impl Out<'_, '_> {
     }
 
     /// Records a segment of the running pass once `rows` (its input rows committed) is a
-    /// segment past the last one.
+    /// whole number of segments past the last one and, but for a pass's first segment, at
+    /// least [`MIN_SEGMENT_INTERVAL`] after it: a segment syncs every output, so a small
+    /// `CHATSHARDS_CHECKPOINT_ROWS` must not make the build wait on the disk row after row.
     fn segment(
         &mut self,
         recorder: &mut Recorder,
         rows: u64,
-        last: &mut u64,
+        last: &mut LastSegment,
     ) -> Result<(), RunError> {
-        if !recorder.active() || rows - *last < self.journal.segment_rows() {
+        let now = std::time::Instant::now();
+        if !recorder.active() || !last.due(rows, self.journal.segment_rows(), now) {
             return Ok(());
         }
-        *last = rows;
+        *last = LastSegment {
+            rows,
+            at: Some(now),
+        };
         let positions = self.sync()?;
         Ok(recorder.segment(rows, positions)?)
     }
@@ -420,6 +432,32 @@ impl Out<'_, '_> {
     }
 }
 
+/// Where a pass recorded its last segment: its input rows then, and when (`None`: no segment
+/// of this run of the pass yet).
+struct LastSegment {
+    rows: u64,
+    at: Option<std::time::Instant>,
+}
+
+impl LastSegment {
+    fn new(skip: u64) -> LastSegment {
+        LastSegment {
+            rows: skip,
+            at: None,
+        }
+    }
+
+    /// Whether a segment is due at `rows`: a whole number of `every` rows past the last one,
+    /// and the pass's first or [`MIN_SEGMENT_INTERVAL`] after the last.
+    fn due(&self, rows: u64, every: u64, now: std::time::Instant) -> bool {
+        rows > self.rows
+            && (rows - self.rows).is_multiple_of(every)
+            && self
+                .at
+                .is_none_or(|at| now.duration_since(at) >= MIN_SEGMENT_INTERVAL)
+    }
+}
+
 /// What the ledger made of a scanned row.
 enum ScanOutcome {
     /// Rejected or filtered.
@@ -428,7 +466,7 @@ enum ScanOutcome {
     Candidate(Option<u32>),
 }
 
-/// What the scan found for one row (also a part's record of it, see [`crate::partition`]).
+/// What the scan found for one row (also a part's record of it, see [`crate::engine::partition`]).
 #[derive(serde::Serialize, serde::Deserialize)]
 pub enum ScanRow {
     Rejected(Reject),
@@ -444,12 +482,21 @@ struct WorkRow {
 }
 
 struct WorkDone {
-    outcome: Outcome<Vec<Tokenized>>,
+    outcome: Outcome<Vec<KeptCopy>>,
     /// The token filter that dropped every row of a kept conversation.
     token_filtered: Option<Dropped>,
-    conversation: Conversation,
-    repairs: Repairs,
-    checked: SpotChecks,
+}
+
+/// One copy of a kept conversation, serialized on the worker that made it, so that the
+/// in-order commit only appends bytes.
+struct KeptCopy {
+    copy: u32,
+    /// Its `conversations.jsonl` line.
+    line: String,
+    /// Its rows, encoded for the spill (the key is set at the commit when not shuffling).
+    rows: Vec<EncodedRow>,
+    /// What the ledger records of it, but for where its line lands.
+    work: KeptWork,
 }
 
 impl Context<'_> {
@@ -475,7 +522,7 @@ impl Context<'_> {
             }
             return Ok(());
         };
-        let mut last_segment = skip;
+        let mut last_segment = LastSegment::new(skip);
         // (file, row, shown row, weight for progress, what the scan found)
         type ScanResult = (u32, u64, u64, u64, ScanRow);
         let work = |batch: Vec<RawRow>| -> Vec<ScanResult> {
@@ -665,9 +712,9 @@ impl Context<'_> {
         // The rows the recorded segments did are not read again: the pass goes on after them.
         let wanted = &wanted[distinct_prefix(wanted, skip)..];
         let source = &self.plan.sources[index];
-        let (mut rows_in, mut last_segment) = (skip, skip);
+        let (mut rows_in, mut last_segment) = (skip, LastSegment::new(skip));
         let (mut done, mut tokens) = (queued - wanted.len() as u64, 0u64);
-        let work = |batch: Vec<RawRow>| self.work_batch(index, batch);
+        let work = |batch: Vec<RawRow>| self.work_batch(index, wanted, batch);
         let mut commit = |rows: Vec<WorkRow>| -> Result<(), RunError> {
             for r in rows {
                 out.segment(&mut recorder, rows_in, &mut last_segment)?;
@@ -699,21 +746,14 @@ impl Context<'_> {
                             None => continue,
                         }
                     }
-                    Outcome::Kept(rows) => {
-                        for &copy in &copies {
-                            let kept = self.keep(
-                                index,
-                                (r.file, r.row, copy),
-                                &done_row.conversation,
-                                &done_row.repairs,
-                                done_row.checked,
-                                &rows,
-                                out,
-                            )?;
+                    Outcome::Kept(kept) => {
+                        for copy in kept {
+                            let number = copy.copy;
+                            let kept = self.keep(copy, out)?;
                             tokens += kept.tokens;
                             let (file, row) = (r.file, r.row);
                             let work = Work::Kept(kept);
-                            record_work(&mut recorder, ledger, index, (file, row, copy), work)?;
+                            record_work(&mut recorder, ledger, index, (file, row, number), work)?;
                         }
                         continue;
                     }
@@ -730,7 +770,7 @@ impl Context<'_> {
     }
 
     /// The work pass's parallel part for a batch.
-    fn work_batch(&self, index: usize, batch: Vec<RawRow>) -> Vec<WorkRow> {
+    fn work_batch(&self, index: usize, wanted: &[Wanted], batch: Vec<RawRow>) -> Vec<WorkRow> {
         type Prepared = Result<(Conversation, Repairs), String>;
         let prepared: Vec<(u32, u64, Prepared)> = self.timings.time(PoolStage::Prepare, || {
             batch
@@ -776,14 +816,41 @@ impl Context<'_> {
                     },
                     other => (other, None),
                 };
-                Some(WorkDone {
-                    outcome,
-                    token_filtered,
-                    conversation,
-                    repairs,
-                    checked,
-                })
+                (outcome, token_filtered, conversation, repairs, checked)
             })
+            .collect::<Vec<_>>()
+            .into_iter()
+            .zip(
+                rows.iter()
+                    .filter_map(|(file, row, at)| at.is_ok().then_some((*file, *row))),
+            )
+            .map(
+                |((outcome, token_filtered, conversation, repairs, checked), (file, row))| {
+                    let outcome = match outcome {
+                        Outcome::Kept(rows) if token_filtered.is_none() => {
+                            let copies = copies_of(wanted, file, row);
+                            Outcome::Kept(self.serialize(
+                                index,
+                                (file, row),
+                                &copies,
+                                &conversation,
+                                &repairs,
+                                checked,
+                                rows,
+                            ))
+                        }
+                        Outcome::Kept(_) => Outcome::Kept(Vec::new()),
+                        Outcome::Rejected(r) => Outcome::Rejected(r),
+                        Outcome::Filtered(f) => Outcome::Filtered(f),
+                        Outcome::EncoderMismatch(d) => Outcome::EncoderMismatch(d),
+                        Outcome::RendererMismatch(d) => Outcome::RendererMismatch(d),
+                    };
+                    Some(WorkDone {
+                        outcome,
+                        token_filtered,
+                    })
+                },
+            )
             .collect();
         rows.into_iter()
             .map(|(file, row, at)| WorkRow {
@@ -798,38 +865,24 @@ impl Context<'_> {
             .collect()
     }
 
-    /// Writes a kept conversation (or copy `copy` of it): its rows to the spill, its line to
-    /// `conversations.jsonl`.
+    /// Serializes each asked copy of a kept conversation (on the worker): its line for
+    /// `conversations.jsonl` and its rows for the spill.
     #[allow(clippy::too_many_arguments)]
-    fn keep(
+    fn serialize(
         &self,
         index: usize,
-        (file, row, copy): (u32, u64, u32),
+        (file, row): (u32, u64),
+        copies: &[u32],
         conversation: &Conversation,
         repairs: &Repairs,
         checked: SpotChecks,
-        rows: &[Tokenized],
-        out: &mut Out,
-    ) -> Result<KeptWork, RunError> {
+        rows: Vec<Tokenized>,
+    ) -> Vec<KeptCopy> {
         let source = &self.plan.sources[index];
-        let suffix = match copy {
-            0 => String::new(),
-            j => format!("#{j}"),
-        };
         let id = self.sample_id(index, file, row);
-        let line = self.timings.time(PoolStage::Serialize, || {
-            to_sharegpt_record(conversation, &format!("{id}{suffix}"), &source.name).json_line()
-        });
-        let start = out.conversations_len;
-        out.sinks
-            .conversations
-            .write_all(line.as_bytes())
-            .map_err(|e| RunError::SideOutput("conversations.jsonl".to_owned(), e))?;
-        out.conversations_len += line.len() as u64;
         let (turns, tool_calls) =
             crate::report::stats::DatasetStats::conversation_counts(conversation);
         let mut kept = KeptWork {
-            line: (start, line.len() as u32),
             turns: u32::try_from(turns).unwrap_or(u32::MAX),
             tool_calls: u32::try_from(tool_calls).unwrap_or(u32::MAX),
             encoder_checked: checked.encoder,
@@ -843,26 +896,70 @@ impl Context<'_> {
             }
         }
         kept.repairs = seen.into_boxed_slice();
-        for r in rows {
-            let sample_id = format!("{id}:{}{suffix}", r.segment);
-            let key = if self.plan.shuffle {
-                shuffle_key(self.plan.seed, &sample_id)
-            } else {
-                out.sequence
-            };
-            out.sequence += 1;
+        for r in &rows {
             kept.rows += 1;
             kept.tokens += r.ids.len() as u64;
             kept.supervised_tokens += r.supervised() as u64;
             kept.truncated_rows += u32::from(r.truncated);
             kept.boundary_merged_rows += u32::from(r.boundary_merged);
-            out.sinks.spill.push(&TokenRow {
-                key,
-                sample_id,
-                source: index as u16,
-                ids: r.ids.clone(),
-                mask: r.mask.clone(),
-            })?;
+        }
+        copies
+            .iter()
+            .map(|&copy| {
+                let suffix = match copy {
+                    0 => String::new(),
+                    j => format!("#{j}"),
+                };
+                self.timings.time(PoolStage::Serialize, || {
+                    let line =
+                        to_sharegpt_record(conversation, &format!("{id}{suffix}"), &source.name)
+                            .json_line();
+                    let rows = rows
+                        .iter()
+                        .map(|r| {
+                            let sample_id = format!("{id}:{}{suffix}", r.segment);
+                            // Not shuffling: the key is the arrival sequence, set at the commit.
+                            let key = if self.plan.shuffle {
+                                shuffle_key(self.plan.seed, &sample_id)
+                            } else {
+                                0
+                            };
+                            EncodedRow::new(key, &sample_id, index as u16, &r.ids, &r.mask)
+                        })
+                        .collect();
+                    KeptCopy {
+                        copy,
+                        line,
+                        rows,
+                        work: kept.clone(),
+                    }
+                })
+            })
+            .collect()
+    }
+
+    /// Writes a kept conversation's copy, serialized already: its rows to the spill, its line
+    /// to `conversations.jsonl`.
+    fn keep(&self, copy: KeptCopy, out: &mut Out) -> Result<KeptWork, RunError> {
+        let KeptCopy {
+            line,
+            mut rows,
+            work: mut kept,
+            ..
+        } = copy;
+        let start = out.conversations_len;
+        out.sinks
+            .conversations
+            .write_all(line.as_bytes())
+            .map_err(|e| RunError::SideOutput("conversations.jsonl".to_owned(), e))?;
+        out.conversations_len += line.len() as u64;
+        kept.line = (start, line.len() as u32);
+        for row in &mut rows {
+            if !self.plan.shuffle {
+                row.set_key(out.sequence);
+            }
+            out.sequence += 1;
+            out.sinks.spill.push_encoded(row)?;
         }
         Ok(kept)
     }
@@ -1111,7 +1208,37 @@ fn write_note(w: &mut dyn Write, plan: &Plan, note: &RowNote, name: &str) -> Res
 
 #[cfg(test)]
 mod tests {
-    use super::selection_name;
+    use super::{selection_name, LastSegment, MIN_SEGMENT_INTERVAL};
+    use std::time::{Duration, Instant};
+
+    #[test]
+    fn segments_fall_on_multiples_of_their_rows_and_at_most_one_a_second_after_the_first() {
+        let start = Instant::now();
+        // A resumed pass (100 rows replayed), a segment every 16 rows: the first one is due
+        // at once on the next multiple, never between.
+        let first = LastSegment::new(100);
+        assert!(!first.due(100, 16, start));
+        assert!(!first.due(115, 16, start));
+        assert!(first.due(116, 16, start));
+        assert!(!first.due(117, 16, start));
+        // After it, a multiple is due only once the interval has passed.
+        let last = LastSegment {
+            rows: 116,
+            at: Some(start),
+        };
+        let soon = start + Duration::from_millis(10);
+        let later = start + MIN_SEGMENT_INTERVAL;
+        assert!(!last.due(132, 16, soon));
+        assert!(!last.due(133, 16, later));
+        assert!(last.due(148, 16, later));
+        // `CHATSHARDS_CHECKPOINT_ROWS=1`: every row is a multiple, the clock alone decides.
+        let every_row = LastSegment {
+            rows: 5,
+            at: Some(start),
+        };
+        assert!((6..10_000).all(|rows| !every_row.due(rows, 1, soon)));
+        assert!(every_row.due(10_000, 1, later));
+    }
 
     #[test]
     fn selection_names_do_not_depend_on_where_a_file_is_read_from() {

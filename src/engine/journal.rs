@@ -1,7 +1,7 @@
 //! The checkpoint journal of a build: what lets `chatshards build` go on after it was killed.
 //!
 //! A build is a fixed sequence of *passes* (a scan per source, then work passes; see
-//! [`crate::pipeline`]), each a deterministic function of the inputs and of the ledger's state
+//! [`crate::engine`]), each a deterministic function of the inputs and of the ledger's state
 //! before it. When a pass ends, its effect on the ledger (one record per row: what the scan
 //! found, or what the work made of it) and the length of every side output are made durable
 //! as `pass-NNNNNN.bin` (written as `.tmp`, synced, then renamed, so a file is whole or absent).

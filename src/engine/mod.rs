@@ -1,0 +1,14 @@
+//! The build engine: the passes over a plan's sources ([`run`]), the per-row path through
+//! render, tokenize and mask ([`row_path`]), the build journal that lets a killed build resume
+//! ([`journal`]) and the partitioned scan with its merge ([`partition`]).
+
+pub mod journal;
+pub mod partition;
+pub mod row_path;
+pub mod run;
+pub mod session;
+
+pub use run::{
+    run, run_journaled, scan_part, NoProgress, Pass, Progress, RunError, RunOutput, ScanRow, Sinks,
+    JOB_BYTES, JOB_MAX_ROWS,
+};
