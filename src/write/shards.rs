@@ -26,6 +26,8 @@ pub struct ShardLayout<'a> {
     pub mask_dtype: crate::tokenize::mask_config::MaskDtype,
     /// `source:file:row` of spilled conversations that were not selected (left out).
     pub excluded: &'a std::collections::HashSet<String>,
+    /// Told the rows of each batch written (the build's progress).
+    pub written: Option<&'a (dyn Fn(u64) + Sync)>,
 }
 
 /// Appends the spilled rows to the shards in key order. A thread loads and sorts the buckets
@@ -42,6 +44,7 @@ pub fn write_shards(
         rows_per_shard,
         mask_dtype,
         excluded,
+        written,
     } = *layout;
     let count = total_rows.div_ceil(rows_per_shard as u64) as usize;
     let buckets = spill.finish()?;
@@ -158,6 +161,9 @@ pub fn write_shards(
                 None => current.insert(ShardWriter::create(dir, shard_name(shard, count))?),
             };
             writer.append(bytes, rows)?;
+            if let Some(written) = written {
+                written(rows);
+            }
             if ends_shard {
                 if let Some(w) = current.take() {
                     shards.push(w.finish()?);
@@ -222,6 +228,7 @@ mod tests {
                 rows_per_shard: per_shard,
                 mask_dtype: Default::default(),
                 excluded: &excluded,
+                written: None,
             };
             let shards = write_shards(dir.path(), spill, &layout, Arc::new(vec![]), &mut stats)
                 .expect("write");
