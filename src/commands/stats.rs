@@ -228,7 +228,7 @@ pub fn summary_text(manifest: &Value, stats: Option<&StatsFile>, wide: bool) -> 
         ));
     } else {
         out.push(
-            "len_pN: tokens per row at percentile N; sup_p50: supervised tokens per row (--wide);\npercentiles are bin tops, exact below 32 and at most 6.25% high above (stats.json)".into(),
+            "len_pN: tokens per row at percentile N; --wide adds sup_p50, supervised tokens\nper row. Percentiles are bin tops: exact below 32, at most 6.25% high above.".into(),
         );
     }
     out.join("\n")
