@@ -11,8 +11,10 @@ use std::path::PathBuf;
     about = "Build tokenized, loss-masked Arrow datasets from chat data with the model's own chat template"
 )]
 pub struct Cli {
-    /// Print only errors: no progress, no per-source lines, no summary, no result line
-    /// (`--timings` is still printed when asked for).
+    /// Print only errors. Does something for the commands that print progress or notes
+    /// (build, merge, check, normalize, lock, fetch, verify, report, vocab: no progress, no
+    /// per-source lines, no summary, no result line; `--timings` is still printed when asked
+    /// for); render, diff, inspect and stats print only their result anyway.
     #[arg(long, short, global = true)]
     pub quiet: bool,
     #[command(subcommand)]
@@ -22,6 +24,9 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Build the dataset a pipeline describes.
+    #[command(
+        after_help = "Examples:\n  chatshards build pipelines/demo.yaml\n  chatshards build --locked --threads 8 my.yaml\n\nThe summary table (build, merge, stats; the manifest's keys, per source):\n  read               rows read from the source's files\n  kept               rows that became training data (before `expand`)\n  rejected           rows that are bad input (reason in rejects.jsonl)\n  filtered           valid rows a filter, `max_tokens` or `min_supervised_tokens` left out\n  deduplicated       exact copies of an earlier row (`dedup`)\n  near_duplicate     near-copies of a row kept (`near_dup`)\n  contaminated       rows sharing text with a benchmark (`decontaminate`)\n  sampled_out        rows that survived curation but `take` / `mix` did not select\n  repeated           copies added by `mix.max_repeats`\n  rows               training rows written (a conversation may give several: `expand`)\n  tokens             tokens of those rows; supervised_tokens: those in the loss\nThe default shows what fits 80 columns; `--wide` every column. Below it, the rows each\nsource dropped, by reason. A source that keeps less than its `min_keep` (default 1% of\nthe rows it read) fails the build, naming its reasons with an example and a fix."
+    )]
     Build {
         /// The pipeline YAML.
         pipeline: PathBuf,
@@ -50,9 +55,16 @@ pub enum Command {
         /// Where the parts go (default: `OUTPUT.parts` beside the output directory).
         #[arg(long, value_name = "DIR")]
         parts_dir: Option<PathBuf>,
+        /// Print every count in the summary table (by default only the columns that fit 80
+        /// columns: read, kept, sampled_out, rows, tokens, supervised_tokens).
+        #[arg(long)]
+        wide: bool,
     },
     /// Assemble a partitioned build from its N parts (`build --part I/N`): the dataset, byte
     /// for byte what `chatshards build` writes.
+    #[command(
+        after_help = "Example:\n  chatshards merge --parts 4 my.yaml   (after `build --part 0/4` ... `--part 3/4`)"
+    )]
     Merge {
         /// The pipeline YAML (the one the parts were built from).
         pipeline: PathBuf,
@@ -74,11 +86,18 @@ pub enum Command {
         /// Start over: discard the state of an interrupted merge of this output.
         #[arg(long)]
         fresh: bool,
+        /// Print every count in the summary table (by default only the columns that fit 80
+        /// columns: read, kept, sampled_out, rows, tokens, supervised_tokens).
+        #[arg(long)]
+        wide: bool,
     },
     /// Preflight a pipeline in seconds: report every config error, then run a seeded sample of
     /// each source through the whole row path (curation included) and print what a full build
     /// would keep, its tokens, the projected totals and mix, and one rendered row. Exits
     /// non-zero on a config error or when a source keeps less than `--min-keep` of its sample.
+    #[command(
+        after_help = "Example:\n  chatshards check my.yaml             (exit 1: a config error, or the build would fail)"
+    )]
     Check {
         /// The pipeline YAML.
         pipeline: PathBuf,
@@ -100,6 +119,9 @@ pub enum Command {
     },
     /// Render and tokenize conversations read as JSON lines on stdin
     /// (`{"messages": [...], "tools": [...]}`); one JSON line out per line in.
+    #[command(
+        after_help = "Example:\n  echo '{\"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}, {\"role\": \"assistant\", \"content\": \"Hello\"}]}' \\\n    | chatshards render --template templates/qwen3.6/chat_template.jinja \\\n        --tokenizer templates/qwen3.6/tokenizer.json.zst"
+    )]
     Render {
         /// The chat template (`chat_template.jinja`).
         #[arg(long)]
@@ -158,6 +180,9 @@ pub enum Command {
     },
     /// Adapt and validate one source file and print it as normalized ShareGPT JSON lines
     /// (rejects and filtered rows go to stderr as JSON lines, or to `--rejects`).
+    #[command(
+        after_help = "Example:\n  chatshards normalize --format sharegpt data/chat.jsonl > normalized.jsonl"
+    )]
     Normalize {
         /// The source format (a pipeline `format:` value, e.g. `glaive`, `hermes`, `agentic`).
         #[arg(long)]
@@ -177,6 +202,9 @@ pub enum Command {
     },
     /// Pin the pipeline's Hub revisions to commits and file hashes in `PIPELINE.lock`, next to
     /// the pipeline. Entries that still match the pipeline are kept as they are.
+    #[command(
+        after_help = "Example:\n  chatshards lock my.yaml              (then `chatshards build --locked my.yaml`)"
+    )]
     Lock {
         /// The pipeline YAML.
         pipeline: PathBuf,
@@ -191,6 +219,9 @@ pub enum Command {
     /// Download everything the pipeline reads from the Hub into the Hugging Face cache: exactly
     /// what `PIPELINE.lock` pins, or the current revisions if there is no lockfile. Afterwards
     /// `build` needs no network (`HF_HUB_OFFLINE=1` works).
+    #[command(
+        after_help = "Example:\n  chatshards fetch my.yaml && HF_HUB_OFFLINE=1 chatshards build --locked my.yaml"
+    )]
     Fetch {
         /// The pipeline YAML.
         pipeline: PathBuf,
@@ -198,6 +229,9 @@ pub enum Command {
     /// Check that a built dataset is what its manifest says: every file's hash, rows per
     /// shard, the schema, the accounting and the build id. Exits non-zero naming the first
     /// difference.
+    #[command(
+        after_help = "Example:\n  chatshards verify out/demo\n  chatshards verify --rebuild out/demo"
+    )]
     Verify {
         /// The dataset directory.
         dir: PathBuf,
@@ -211,6 +245,9 @@ pub enum Command {
     },
     /// Compare two built datasets: inputs and settings, per-source counts, and rows added,
     /// removed, or changed (by `sample_id`).
+    #[command(
+        after_help = "Example:\n  chatshards diff out/demo-v1 out/demo   (settings by name, rows matched by content)"
+    )]
     Diff {
         /// The older dataset directory.
         a: PathBuf,
@@ -221,12 +258,22 @@ pub enum Command {
         json: bool,
     },
     /// Print a row of a built dataset, decoded, with supervised tokens highlighted.
+    #[command(
+        after_help = "Examples:\n  chatshards inspect out/demo --row 3\n  chatshards inspect out/demo --sample-id chat:0:12:0\n  chatshards inspect out/demo --source alpaca --row 2"
+    )]
     Inspect {
         /// The dataset directory.
         dir: PathBuf,
-        /// Row index (global, in shard order).
-        #[arg(long, default_value_t = 0)]
-        row: u64,
+        /// Row index, from 0, in shard order (of the dataset, or of `--source`'s rows).
+        #[arg(long, conflicts_with = "sample_id")]
+        row: Option<u64>,
+        /// The row with this `sample_id` (`source:file:row:segment`, as in the shards,
+        /// rejects.jsonl and `diff`), or the first row of `source:file:row`.
+        #[arg(long, value_name = "ID")]
+        sample_id: Option<String>,
+        /// Only rows of this source (`--row N`: its Nth; default its first).
+        #[arg(long, value_name = "NAME", conflicts_with = "sample_id")]
+        source: Option<String>,
         /// The tokenizer used for the build (default: the Qwen3.6 tokenizer built into the
         /// binary).
         #[arg(long)]
@@ -234,22 +281,32 @@ pub enum Command {
     },
     /// (Re)write `DIR/report.html`: the dataset's summary, accounting, mix, length histograms
     /// and reject examples in one self-contained page.
+    #[command(
+        after_help = "Example:\n  chatshards report out/demo && xdg-open out/demo/report.html"
+    )]
     Report {
         /// The dataset directory.
         dir: PathBuf,
     },
     /// Print the dataset's summary (accounting and length percentiles) as a table.
+    #[command(
+        after_help = "Examples:\n  chatshards stats out/demo\n  chatshards stats --wide out/demo\n\nThe summary table (the manifest's keys, per source):\n  read               rows read from the source's files\n  kept               rows that became training data (before `expand`)\n  rejected           rows that are bad input (reason in rejects.jsonl)\n  filtered           valid rows a filter, `max_tokens` or `min_supervised_tokens` left out\n  deduplicated       exact copies of an earlier row (`dedup`)\n  near_duplicate     near-copies of a row kept (`near_dup`)\n  contaminated       rows sharing text with a benchmark (`decontaminate`)\n  sampled_out        rows that survived curation but `take` / `mix` did not select\n  repeated           copies added by `mix.max_repeats`\n  rows               training rows written (a conversation may give several: `expand`)\n  tokens             tokens of those rows; supervised_tokens: those in the loss\nThe default shows what fits 80 columns; `--wide` every column. Below it, the rows each\nsource dropped, by reason. A source that keeps less than its `min_keep` (default 1% of\nthe rows it read) fails the build, naming its reasons with an example and a fix.\nlen_p50, len_p99: tokens per row at the 50th and 99th percentile; --wide adds len_p90,\nlen_max and sup_p50 (supervised tokens per row)."
+    )]
     Stats {
         /// The dataset directory.
         dir: PathBuf,
         /// Print JSON instead of a table.
         #[arg(long)]
         json: bool,
+        /// Print every count and percentile column (by default what fits 80 columns).
+        #[arg(long)]
+        wide: bool,
     },
     /// Write the draft vocabulary mapping built from the dataset's supervised token
     /// frequencies (`token_freq.pt`) the way speculators builds it: `d2t-N.npy` and
     /// `t2d-N.npy` (for `speculators train --draft-vocab-size N`) and `vocab_mapping-N.pt`
     /// (SpecForge's `vocab_mapping_path`), beside the dataset.
+    #[command(after_help = "Example:\n  chatshards vocab --draft-size 32000 out/demo")]
     Vocab {
         /// The dataset directory.
         dir: PathBuf,

@@ -34,7 +34,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Printer::Default
     };
     // A build, or (`merge`: the parts directory and count) a merge.
-    let build = |pipeline, threads, locked, timings, fresh, merge| {
+    let build = |pipeline, threads, locked, timings, fresh, merge, wide| {
         commands::build::run(
             &commands::build::BuildArgs {
                 pipeline,
@@ -44,6 +44,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
                 output: None,
                 fresh,
                 merge,
+                wide,
             },
             &printer,
         )
@@ -58,6 +59,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
             part,
             parts,
             parts_dir,
+            wide,
         } => {
             let spec = match (part, parts) {
                 (None, None) if parts_dir.is_some() => {
@@ -81,7 +83,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
                     },
                     &printer,
                 ),
-                None => build(pipeline, threads, locked, timings, fresh, None),
+                None => build(pipeline, threads, locked, timings, fresh, None, wide),
             }
         }
         Command::Merge {
@@ -92,6 +94,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
             locked,
             timings,
             fresh,
+            wide,
         } => {
             engine::partition::PartSpec::new(0, parts).map_err(anyhow::Error::msg)?;
             build(
@@ -101,6 +104,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
                 timings,
                 fresh,
                 Some((parts_dir, parts)),
+                wide,
             )
         }
         Command::Check {
@@ -203,10 +207,20 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Inspect {
             dir,
             row,
+            sample_id,
+            source,
             tokenizer,
-        } => commands::inspect::run(&dir, row, tokenizer.as_deref()),
+        } => {
+            use commands::inspect::Which;
+            let which = match (sample_id, source) {
+                (Some(id), _) => Which::SampleId(id),
+                (None, Some(name)) => Which::Source(name, row.unwrap_or(0)),
+                (None, None) => Which::Row(row.unwrap_or(0)),
+            };
+            commands::inspect::run(&dir, &which, tokenizer.as_deref())
+        }
         Command::Report { dir } => commands::report::run(&dir, &printer),
-        Command::Stats { dir, json } => commands::stats::run(&dir, json),
+        Command::Stats { dir, json, wide } => commands::stats::run(&dir, json, wide),
         Command::Vocab {
             dir,
             draft_size,

@@ -11,7 +11,10 @@
 //! rows the scan kept as candidates (for sources not scanned yet, at the candidates per byte
 //! seen so far), at most the source's `take`. Their time per row is measured once enough
 //! work rows are done, and before that taken as [`WORK_PER_SCAN_ROW`] times the scan's time
-//! per row. The percent shown is the time spent over the time spent plus the ETA.
+//! per row. The shard phase (writing the Arrow files from the spill) is estimated before it
+//! starts as [`SHARD_PER_WORK_ROW`] of a work row per row, then measured. The percent shown is
+//! the time spent over the time spent plus the ETA, and never goes down: a later, larger
+//! estimate holds the percent until the build catches up with it.
 
 use crate::engine::{Pass, Progress};
 use crate::plan::Plan;
@@ -31,9 +34,16 @@ pub const LINE_INTERVAL: Duration = Duration::from_secs(5);
 pub const INTERVAL_VARIABLE: &str = "CHATSHARDS_PROGRESS_INTERVAL";
 
 /// Before any work pass has been measured, a work row (render, tokenize, mask) is taken to
-/// cost this many scanned rows (parse, adapt, validate, curation hashes): about what
-/// `--timings` shows on the demo and benchmark mixes. Only the first ETA depends on it.
-pub const WORK_PER_SCAN_ROW: f64 = 3.0;
+/// cost this many scanned rows (parse, adapt, validate, curation hashes): what a 300K-row
+/// build of real mixed chat data showed. Only the ETAs before the first work pass depend on it.
+pub const WORK_PER_SCAN_ROW: f64 = 8.0;
+
+/// Before the shard phase is measured, writing a row into the shards is taken to cost this
+/// share of a work row (about 25 s of shards after 181 s of work passes on a 300K-row build).
+pub const SHARD_PER_WORK_ROW: f64 = 0.15;
+
+/// Shard rows written before their own rate replaces the estimate.
+const MEASURED_SHARD_ROWS: u64 = 1024;
 
 /// Work rows measured before their own rate replaces the estimate from the scan.
 const MEASURED_WORK_ROWS: u64 = 256;
@@ -122,20 +132,62 @@ impl BuildProgress {
         self.bar.finish_and_clear();
     }
 
+    /// Runs `f` (which prints) with the bar out of the way.
+    pub fn suspend<R>(&self, f: impl FnOnce() -> R) -> R {
+        self.bar.suspend(f)
+    }
+
+    /// The scans and work passes are over; `rows` rows go into the shards now.
+    pub fn shards_started(&self, rows: u64) {
+        if let Ok(mut state) = self.state.lock() {
+            let now = Instant::now();
+            state.close(now);
+            state.shards = Some(ShardPhase {
+                started: now,
+                total: rows,
+                done: 0,
+            });
+            self.show(&mut state, now);
+        }
+    }
+
+    /// `rows` more rows are in the shards.
+    pub fn shard_rows(&self, rows: u64) {
+        if let Ok(mut state) = self.state.lock() {
+            let now = Instant::now();
+            if let Some(phase) = state.shards.as_mut() {
+                phase.done += rows;
+            }
+            self.show(&mut state, now);
+        }
+    }
+
     fn show(&self, state: &mut State, now: Instant) {
         match self.mode {
             Mode::Bar => {
                 let s = state.snapshot(now);
-                self.bar.set_position(s.permille());
+                let fraction = state.shown(&s);
+                self.bar
+                    .set_position((fraction * BAR_LENGTH as f64).floor() as u64);
                 self.bar.set_message(s.text());
             }
             Mode::Lines if now.duration_since(state.last_line) >= self.interval => {
                 state.last_line = now;
                 let s = state.snapshot(now);
+                let percent = (state.shown(&s) * 100.0).floor() as u64;
                 self.printer
-                    .info(&format!("progress: {}% {}", s.percent(), s.text()));
+                    .info(&format!("progress: {percent}% {}", s.text()));
             }
             _ => {}
+        }
+    }
+}
+
+impl Drop for BuildProgress {
+    /// A build that fails leaves no bar drawn above its error.
+    fn drop(&mut self) {
+        if !self.bar.is_finished() {
+            self.bar.finish_and_clear();
         }
     }
 }
@@ -242,7 +294,17 @@ struct SourceRun {
     secs: f64,
 }
 
+/// The shard phase: its start, rows to write and rows written.
+struct ShardPhase {
+    started: Instant,
+    total: u64,
+    done: u64,
+}
+
 struct State {
+    /// The largest fraction shown so far: the percent never goes back.
+    shown: f64,
+    shards: Option<ShardPhase>,
     sources: Vec<SourceSize>,
     runs: Vec<SourceRun>,
     /// The pass running: its source, kind, start, and the source's work rows done before it.
@@ -271,12 +333,9 @@ impl Snapshot {
         }
     }
 
+    #[cfg(test)]
     fn percent(&self) -> u64 {
         (self.fraction() * 100.0).floor() as u64
-    }
-
-    fn permille(&self) -> u64 {
-        (self.fraction() * BAR_LENGTH as f64).floor() as u64
     }
 
     fn text(&self) -> String {
@@ -310,6 +369,8 @@ impl State {
             })
             .collect();
         State {
+            shown: 0.0,
+            shards: None,
             sources,
             runs,
             pass: None,
@@ -376,6 +437,12 @@ impl State {
             }
             Pass::Work { .. } => run.work_done = base + rows,
         }
+    }
+
+    /// The fraction to show for `s`: its own, or the largest shown before.
+    fn shown(&mut self, s: &Snapshot) -> f64 {
+        self.shown = self.shown.max(s.fraction());
+        self.shown
     }
 
     fn seconds_of(&self, name: &str) -> f64 {
@@ -451,9 +518,39 @@ impl State {
         } else {
             None
         };
-        let eta = scan_rate
-            .zip(work_secs_per_row)
-            .map(|(rate, per_row)| (total - done).max(0.0) / rate + work_left * per_row);
+        // Rows the shards will get: what the work passes queue (or are expected to).
+        let work_total: f64 = work_left + work_rows as f64;
+        let shard_secs = self
+            .shards
+            .as_ref()
+            .map_or(0.0, |p| now.duration_since(p.started).as_secs_f64());
+        let shard_left = |per_work_row: f64| match &self.shards {
+            Some(p) if p.done >= MEASURED_SHARD_ROWS && shard_secs > 0.0 => {
+                (p.total.saturating_sub(p.done)) as f64 * shard_secs / p.done as f64
+            }
+            Some(p) => (p.total.saturating_sub(p.done)) as f64 * per_work_row * SHARD_PER_WORK_ROW,
+            None => work_total * per_work_row * SHARD_PER_WORK_ROW,
+        };
+        let eta = match &self.shards {
+            // Scans and work passes are over: only the shards are left.
+            Some(_) => Some(shard_left(work_secs_per_row.unwrap_or(0.0))),
+            None => scan_rate.zip(work_secs_per_row).map(|(rate, per_row)| {
+                (total - done).max(0.0) / rate + work_left * per_row + shard_left(per_row)
+            }),
+        };
+        if let Some(p) = &self.shards {
+            return Snapshot {
+                phase: "write shards".to_owned(),
+                rows: p.done,
+                rows_per_sec: if shard_secs > 0.0 {
+                    p.done as f64 / shard_secs
+                } else {
+                    0.0
+                },
+                elapsed: scan_secs + work_secs + shard_secs,
+                eta,
+            };
+        }
         let (phase, rows, secs) = match self.pass {
             Some((source, Pass::Work { .. }, ..)) => (
                 format!("work {}", self.sources[source].name),
@@ -535,8 +632,13 @@ mod tests {
         // Work: source 0 has 80 expected candidates, source 1 at most its take of 10; a work
         // row costs WORK_PER_SCAN_ROW scan rows (1/50 s).
         let work_left = (80.0 + 10.0) * (1.0 / 50.0) * WORK_PER_SCAN_ROW;
+        // The shards: a row per work row, at SHARD_PER_WORK_ROW of a work row each.
+        let shards = work_left * SHARD_PER_WORK_ROW;
         let eta = snap.eta.expect("an eta");
-        assert!((eta - (scan_left + work_left)).abs() < 1e-9, "{eta}");
+        assert!(
+            (eta - (scan_left + work_left + shards)).abs() < 1e-9,
+            "{eta}"
+        );
         assert_eq!(snap.phase, "scan s0");
         assert_eq!((snap.rows, snap.rows_per_sec), (50, 50.0));
         // The scan of source 0 ends (its whole size counts), source 1's starts.
@@ -545,7 +647,8 @@ mod tests {
         let snap = s.snapshot(at(2000));
         let eta = snap.eta.expect("an eta");
         // 1,000 bytes in 2 s; 40 candidates in source 0 (all known).
-        let expected = 3000.0 / 500.0 + (40.0 + 10.0) * (2.0 / 50.0) * WORK_PER_SCAN_ROW;
+        let expected = 3000.0 / 500.0
+            + (40.0 + 10.0) * (2.0 / 50.0) * WORK_PER_SCAN_ROW * (1.0 + SHARD_PER_WORK_ROW);
         assert!((eta - expected).abs() < 1e-9, "{eta} {expected}");
         // Work passes: the queued rows replace the estimate; the measured rate takes over.
         s.done(300, 30, 0);
@@ -555,7 +658,9 @@ mod tests {
         assert_eq!(snap.phase, "work s0");
         assert_eq!((snap.rows, snap.rows_per_sec), (20, 40.0));
         let scan_per_row = 3.0 / 350.0;
-        let expected = (20.0 + 10.0) * scan_per_row * WORK_PER_SCAN_ROW;
+        let per_row = scan_per_row * WORK_PER_SCAN_ROW;
+        // 30 work rows left; the shards get those and the 20 done.
+        let expected = (20.0 + 10.0) * per_row + 50.0 * per_row * SHARD_PER_WORK_ROW;
         assert!((snap.eta.expect("eta") - expected).abs() < 1e-9);
         assert_eq!(snap.elapsed, 3.5);
         s.close(at(4000));
@@ -574,7 +679,62 @@ mod tests {
         let snap = s.snapshot(t0 + Duration::from_secs(1));
         // Everything scanned is done: 200 units of 200; only the work is left.
         let eta = snap.eta.expect("eta");
-        assert!((eta - 2.0 * 0.5 * WORK_PER_SCAN_ROW).abs() < 1e-9, "{eta}");
+        let work = 2.0 * 0.5 * WORK_PER_SCAN_ROW;
+        assert!(
+            (eta - work * (1.0 + SHARD_PER_WORK_ROW)).abs() < 1e-9,
+            "{eta}"
+        );
+    }
+
+    #[test]
+    fn the_shard_phase_is_shown_measured_and_the_percent_never_goes_back() {
+        let t0 = Instant::now();
+        let at = |ms: u64| t0 + Duration::from_millis(ms);
+        let mut s = state(vec![vec![bytes(1000)]], vec![None]);
+        s.start(0, Pass::Scan, at(0));
+        for _ in 0..100 {
+            s.scanned(0, 10);
+        }
+        s.done(100, 100, 0);
+        // Work rows are estimated at WORK_PER_SCAN_ROW scan rows (80 ms) until 256 are
+        // measured; they take 100 ms.
+        s.start(0, Pass::Work { rows: 1000 }, at(1000));
+        s.done(255, 255, 0);
+        let estimated = s.snapshot(at(26_500));
+        let before = s.shown(&estimated);
+        s.done(256, 256, 0);
+        let measured = s.snapshot(at(26_600));
+        // The measured rate makes the build longer: the percent holds where it was.
+        assert!(
+            measured.fraction() < before,
+            "{} {before}",
+            measured.fraction()
+        );
+        assert_eq!(s.shown(&measured), before);
+        s.close(at(30_000));
+        s.shards = Some(ShardPhase {
+            started: at(30_000),
+            total: 2000,
+            done: 0,
+        });
+        // Not measured yet: SHARD_PER_WORK_ROW of a work row each.
+        let snap = s.snapshot(at(30_000));
+        assert_eq!(snap.phase, "write shards");
+        // The work rows' measured time: 29 s for 256.
+        let per_work_row = 29.0 / 256.0;
+        let eta = snap.eta.expect("eta");
+        assert!(
+            (eta - 2000.0 * per_work_row * SHARD_PER_WORK_ROW).abs() < 1e-9,
+            "{eta}"
+        );
+        // Measured: 1,500 rows in 1 s, 500 left.
+        if let Some(p) = s.shards.as_mut() {
+            p.done = 1500;
+        }
+        let snap = s.snapshot(at(31_000));
+        assert_eq!((snap.rows, snap.rows_per_sec), (1500, 1500.0));
+        assert!((snap.eta.expect("eta") - 500.0 / 1500.0).abs() < 1e-9);
+        assert_eq!(snap.text(), "write shards: 1500 rows, 1500 rows/s, eta 0s");
     }
 
     #[test]

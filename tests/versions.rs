@@ -341,7 +341,7 @@ fn diff_names_an_edited_source_row() {
     ]);
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(
-        text.contains("rows (by sample_id): 0 added, 0 removed, 1 changed, 0 moved, "),
+        text.contains("rows (by source row and content): 0 added, 0 removed, 1 changed, 0 moved, "),
         "{text}"
     );
     assert!(

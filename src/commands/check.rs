@@ -15,6 +15,7 @@ use crate::plan::{self, HubAccess};
 use crate::printer::Printer;
 use crate::read::sample::{self, FileSurvey, RowCount};
 use crate::read::Sampling;
+use crate::report::loss::{self, Examples, SourceFacts};
 use crate::report::timings::Timings;
 use crate::report::SourceStats;
 use crate::write::Spill;
@@ -221,8 +222,9 @@ pub fn run(args: &CheckArgs, printer: &Printer) -> Result<()> {
         .build()
         .context("failed to start the thread pool")?;
     let mut spill = Spill::new(&temp.path().join("spill"), false)?;
+    // The side outputs of a sample are small; kept for one example message per reason.
     let (mut rejects, mut filtered, mut conversations) =
-        (std::io::sink(), std::io::sink(), std::io::sink());
+        (Vec::<u8>::new(), Vec::<u8>::new(), std::io::sink());
     let mut sinks = Sinks {
         spill: &mut spill,
         rejects: &mut rejects,
@@ -232,6 +234,9 @@ pub fn run(args: &CheckArgs, printer: &Printer) -> Result<()> {
     let timings = Timings::default();
     let run = engine::run(&plan, &processor, &mut sinks, &NoProgress, &pool, &timings)?;
     let stats = run.settled.stats;
+    let mut messages = Examples::default();
+    messages.add_lines(rejects.as_slice());
+    messages.add_lines(filtered.as_slice());
 
     // Per output row: (tokens, supervised), and the first row of each source.
     let n = plan.sources.len();
@@ -278,12 +283,42 @@ pub fn run(args: &CheckArgs, printer: &Printer) -> Result<()> {
             example,
         });
     }
-    let mix = mix.map(|target| project_mix(target, &sources, &selection));
     let mut failures = Vec::new();
-    for s in &sources {
-        if s.rates.kept < args.min_keep {
+    let mut mix = mix.map(|target| project_mix(target, &sources, &selection));
+    // A quota the build cannot fill under `shortfall: fail` fails the build: the check too.
+    if let Some(m) = mix
+        .as_mut()
+        .filter(|m| m.target.shortfall == Shortfall::Fail)
+    {
+        failures.extend(
+            m.notes
+                .drain(..)
+                .map(|n| format!("the mix would fail: {n}")),
+        );
+    }
+    for (s, source) in sources.iter().zip(&plan.sources) {
+        let mut facts = SourceFacts {
+            name: source.name.clone(),
+            format: source.adapter.name().to_owned(),
+            min_keep: source.min_keep,
+            first_keys: Vec::new(),
+        };
+        let below_sample_share = s.rates.kept < args.min_keep;
+        if !below_sample_share && loss::check(&facts, &s.stats, &messages).is_none() {
+            continue;
+        }
+        facts.first_keys = loss::first_keys(&source.files);
+        if let Some(l) = loss::check(&facts, &s.stats, &messages) {
+            // The build's own rule: it would fail, so the check does.
+            failures.push(format!("the build would fail: {l}"));
+        } else {
+            // Only `--min-keep` (stricter than the build): the reasons, each with an example.
+            facts.min_keep = 1.0;
+            let reasons = loss::check(&facts, &s.stats, &messages)
+                .map(|l| l.reasons_text())
+                .unwrap_or_default();
             failures.push(format!(
-                "source `{}` keeps {:.1}% of its sample ({} of {} rows), below --min-keep {:.1}%; top reasons: {}",
+                "source `{}` keeps {:.1}% of its sample ({} of {} rows), below --min-keep {:.1}%; top reasons: {}{reasons}",
                 s.name,
                 100.0 * s.rates.kept,
                 s.stats.kept,
@@ -319,7 +354,11 @@ pub fn run(args: &CheckArgs, printer: &Printer) -> Result<()> {
     Printer::data(&mut std::io::stdout().lock(), &text).context("failed to write stdout")?;
     drop(temp);
     if !report.failures.is_empty() {
-        bail!("check failed:\n  {}", report.failures.join("\n  "));
+        // Printed here only (not in the report above), so each failure is printed once.
+        bail!(
+            "check failed: a build of this pipeline would not give what it asks\n  FAIL {}",
+            report.failures.join("\n  FAIL ")
+        );
     }
     Ok(())
 }
@@ -740,12 +779,6 @@ fn text_report(r: &Report, color: bool) -> String {
         ));
         for n in &m.notes {
             out.push(format!("  note: {n}"));
-        }
-    }
-    if !r.failures.is_empty() {
-        out.push(String::new());
-        for f in &r.failures {
-            out.push(format!("FAIL {f}"));
         }
     }
     let mut text = out.join("\n");

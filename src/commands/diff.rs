@@ -1,9 +1,16 @@
 //! `chatshards diff A B [--json]`: what changed between two built datasets.
 //!
 //! Inputs and settings come from the manifests (files by source and path, Hub files by repo and
-//! path, every setting, the tool version); per-source counts are compared field by field; rows
-//! are matched by `sample_id`. Memory: one [`RowKey`] (32 bytes) per row of each dataset, so two
-//! 913,786-row datasets take about 58 MB; a second pass over the shards names the examples.
+//! path, every setting, the tool version) and from the pipelines copied into the datasets (every
+//! key by its path, sources and filters by name: `sources.alpaca.take`); per-source counts are
+//! compared field by field. Rows are matched by content identity: the sample's source row (its
+//! source, file, segment and copy, from `sample_id`) and a hash of its tokens and mask, so a
+//! row deleted or inserted upstream shifts no other row into "changed". A row of A without a
+//! twin in B is paired with the row of B that its neighbours' shift predicts (same source row,
+//! other content: changed), or else counted removed (and B's left over, added). The shards are
+//! called byte-identical only when their bytes were hashed and compared. Memory: one
+//! [`RowKey`] (32 bytes) per row of each dataset, so two 913,786-row datasets take about 58 MB;
+//! a second pass over the shards names the examples.
 
 use super::dataset_dir::{read_shard, OutputDir, RowColumns};
 use anyhow::{bail, Result};
@@ -11,7 +18,7 @@ use serde::Serialize;
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
-use xxhash_rust::xxh3::{xxh3_128_with_seed, Xxh3};
+use xxhash_rust::xxh3::{xxh3_64_with_seed, Xxh3};
 
 /// Examples shown per kind of row change.
 const EXAMPLES: usize = 5;
@@ -19,13 +26,31 @@ const EXAMPLES: usize = 5;
 const ID_SEED: u64 = 0;
 const CONTENT_SEED: u64 = 0;
 
-/// A row, reduced to what matching needs: the hash of its `sample_id`, the hash of its ids and
-/// mask, and its position in the dataset.
-#[derive(Debug, Clone, Copy)]
+/// A row, reduced to what matching needs: its lane (a hash of its source, file, segment and
+/// copy), its source row number, the hash of its ids and mask, and its position in the dataset.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 struct RowKey {
-    id: u128,
+    lane: u64,
     content: u64,
+    row: u64,
     position: u64,
+}
+
+/// `sample_id` = `source:file:row:segment[#copy]` as (lane, row); an id of another shape is a
+/// lane of its own.
+fn lane_and_row(sample_id: &str) -> (u64, u64) {
+    let (id, copy) = sample_id.split_once('#').unwrap_or((sample_id, ""));
+    let parts: Vec<&str> = id.rsplitn(3, ':').collect();
+    match parts.as_slice() {
+        [segment, row, source_file] => match row.parse::<u64>() {
+            Ok(row) => {
+                let lane = format!("{source_file}:*:{segment}#{copy}");
+                (xxh3_64_with_seed(lane.as_bytes(), ID_SEED), row)
+            }
+            Err(_) => (xxh3_64_with_seed(sample_id.as_bytes(), ID_SEED), 0),
+        },
+        _ => (xxh3_64_with_seed(sample_id.as_bytes(), ID_SEED), 0),
+    }
 }
 
 #[derive(Debug, Serialize)]
@@ -34,6 +59,9 @@ struct Side {
     build_id: String,
     dataset_sha256: String,
     rows: u64,
+    /// Shards whose bytes do not hash to what the manifest records (`chatshards verify` says
+    /// more).
+    shards_unlike_manifest: Vec<String>,
 }
 
 /// A value that differs between the two manifests (`null` where one does not have it).
@@ -57,7 +85,7 @@ struct CountChange {
 struct RowChanges {
     added: u64,
     removed: u64,
-    /// In both, with different tokens or mask.
+    /// The same source row in both, with different tokens or mask.
     changed: u64,
     /// In both with the same tokens, at another position.
     moved: u64,
@@ -86,7 +114,7 @@ struct Example {
 struct Report {
     a: Side,
     b: Side,
-    /// Whether the shards are byte-identical (same dataset_sha256).
+    /// Whether the shards are byte-identical (their bytes hashed here and compared).
     identical: bool,
     inputs: Vec<Change>,
     sources: Vec<CountChange>,
@@ -107,20 +135,115 @@ pub fn run(a: &Path, b: &Path, json: bool) -> Result<()> {
 }
 
 fn diff(a: &OutputDir, b: &OutputDir) -> Result<Report> {
-    let side = |d: &OutputDir| Side {
+    let (ka, ha) = row_keys(a)?;
+    let (kb, hb) = row_keys(b)?;
+    let side = |d: &OutputDir, hashes: &[String]| Side {
         dir: d.path.display().to_string(),
         build_id: d.manifest.build_id.clone(),
         dataset_sha256: d.manifest.dataset_sha256.clone(),
         rows: d.manifest.rows,
+        shards_unlike_manifest: d
+            .manifest
+            .shards
+            .iter()
+            .zip(hashes)
+            .filter(|(s, h)| s.sha256 != **h)
+            .map(|(s, _)| s.file.clone())
+            .collect(),
     };
+    let mut inputs = input_changes(&a.manifest.json, &b.manifest.json);
+    inputs.extend(pipeline_changes(&a.path, &b.path));
     Ok(Report {
-        a: side(a),
-        b: side(b),
-        identical: a.manifest.dataset_sha256 == b.manifest.dataset_sha256,
-        inputs: input_changes(&a.manifest.json, &b.manifest.json),
+        a: side(a, &ha),
+        b: side(b, &hb),
+        identical: ha == hb,
+        inputs,
         sources: count_changes(&a.manifest.json, &b.manifest.json),
-        rows: row_changes(a, b)?,
+        rows: row_changes(a, b, ka, kb)?,
     })
+}
+
+/// Top-level pipeline keys whose values the manifests' `settings` and `inputs` already compare.
+const IN_MANIFEST: [&str; 8] = [
+    "name",
+    "seed",
+    "max_tokens",
+    "length_policy",
+    "min_supervised_tokens",
+    "tokenizer",
+    "template",
+    "output",
+];
+
+/// The settings of the two pipelines copied into the datasets, key by key (`pipeline
+/// sources.alpaca.take`); nothing where either copy is missing or unreadable (the manifests'
+/// `pipeline_sha256` still says whether they differ).
+fn pipeline_changes(a: &Path, b: &Path) -> Vec<Change> {
+    let read = |dir: &Path| -> Option<BTreeMap<String, Value>> {
+        let bytes = std::fs::read(dir.join(crate::write::manifest::PIPELINE_COPY)).ok()?;
+        let value: Value = serde_yaml_ng::from_slice(&bytes).ok()?;
+        let mut out = BTreeMap::new();
+        for (k, v) in value.as_object()? {
+            if !IN_MANIFEST.contains(&k.as_str()) {
+                flatten(v, k, &mut out);
+            }
+        }
+        Some(out)
+    };
+    let (Some(fa), Some(fb)) = (read(a), read(b)) else {
+        return Vec::new();
+    };
+    let keys: BTreeSet<&String> = fa.keys().chain(fb.keys()).collect();
+    keys.into_iter()
+        .filter(|k| fa.get(*k) != fb.get(*k))
+        .map(|k| Change {
+            what: format!("pipeline {k}"),
+            a: fa.get(k).cloned().unwrap_or(Value::Null),
+            b: fb.get(k).cloned().unwrap_or(Value::Null),
+        })
+        .collect()
+}
+
+/// Leaves of a pipeline value by dotted path; list items that have a name (a source, a
+/// benchmark, a filter's `name:` or kind) by that name, other lists whole.
+fn flatten(v: &Value, path: &str, out: &mut BTreeMap<String, Value>) {
+    /// An item's name, and the mapping under it.
+    fn named(item: &Value) -> Option<(String, &serde_json::Map<String, Value>)> {
+        let map = item.as_object()?;
+        if let Some(name) = map.get("name").and_then(Value::as_str) {
+            return Some((name.to_owned(), map));
+        }
+        // A filter: `{kind: {name: x, ...}}`.
+        match map.iter().next() {
+            Some((kind, Value::Object(inner))) if map.len() == 1 => {
+                let name = inner.get("name").and_then(Value::as_str).unwrap_or(kind);
+                Some((name.to_owned(), inner))
+            }
+            _ => None,
+        }
+    }
+    match v {
+        Value::Object(map) => {
+            for (k, v) in map {
+                flatten(v, &format!("{path}.{k}"), out);
+            }
+        }
+        Value::Array(items) if !items.is_empty() && items.iter().all(|i| named(i).is_some()) => {
+            for (name, map) in items.iter().filter_map(named) {
+                for (k, v) in map {
+                    if k != "name" {
+                        flatten(v, &format!("{path}.{name}.{k}"), out);
+                    }
+                }
+                // A named item with nothing else still exists.
+                out.entry(format!("{path}.{name}"))
+                    .or_insert(Value::Bool(true));
+            }
+        }
+        other => {
+            out.insert(path.to_owned(), other.clone());
+        }
+    }
 }
 
 /// The manifest's inputs and settings as (what, value), keyed so that a list entry is found
@@ -246,12 +369,14 @@ fn count_changes(a: &Value, b: &Value) -> Vec<CountChange> {
     changes
 }
 
-/// One pass over a dataset's shards, in order: a key per row.
-fn row_keys(dir: &OutputDir) -> Result<Vec<RowKey>> {
+/// One pass over a dataset's shards, in order: a key per row (sorted), and each shard's
+/// SHA-256 as read.
+fn row_keys(dir: &OutputDir) -> Result<(Vec<RowKey>, Vec<String>)> {
     let mut keys = Vec::with_capacity(usize::try_from(dir.manifest.rows).unwrap_or(0));
+    let mut hashes = Vec::with_capacity(dir.manifest.shards.len());
     for shard in &dir.manifest.shards {
         let path = dir.path.join(&shard.file);
-        read_shard(&path, false, |batch| {
+        let read = read_shard(&path, true, |batch| {
             let cols = RowColumns::of(batch, &path)?;
             let (ids, id_width) =
                 value_bytes::<arrow_array::types::Int32Type>(cols.input_ids, &path)?;
@@ -274,17 +399,23 @@ fn row_keys(dir: &OutputDir) -> Result<Vec<RowKey>> {
                 content.update(&(ids.len() as u64).to_le_bytes());
                 content.update(ids);
                 content.update(mask);
+                let (lane, source_row) = lane_and_row(cols.sample_id.value(row));
                 keys.push(RowKey {
-                    id: xxh3_128_with_seed(cols.sample_id.value(row).as_bytes(), ID_SEED),
+                    lane,
                     content: content.digest(),
+                    row: source_row,
                     position: keys.len() as u64,
                 });
             }
             Ok(())
         })?;
+        hashes.push(read.sha256.unwrap_or_default());
     }
-    keys.sort_unstable_by_key(|k| k.id);
-    if let Some(pair) = keys.windows(2).find(|w| w[0].id == w[1].id) {
+    keys.sort_unstable_by_key(|k| (k.lane, k.row));
+    if let Some(pair) = keys
+        .windows(2)
+        .find(|w| (w[0].lane, w[0].row) == (w[1].lane, w[1].row))
+    {
         bail!(
             "`{}` holds two rows with the same sample_id (rows {} and {})",
             dir.path.display(),
@@ -292,7 +423,8 @@ fn row_keys(dir: &OutputDir) -> Result<Vec<RowKey>> {
             pair[1].position
         );
     }
-    Ok(keys)
+    keys.sort_unstable();
+    Ok((keys, hashes))
 }
 
 /// The bytes of a list column's values, and the width of one value.
@@ -316,23 +448,24 @@ fn value_bytes<'a, T: arrow_array::ArrowPrimitiveType>(
     }
 }
 
-/// The `sample_id`s and token counts of the rows whose id hashes are wanted (a second pass).
-fn names(dir: &OutputDir, wanted: &BTreeSet<u128>) -> Result<BTreeMap<u128, (String, u64)>> {
+/// The `sample_id`s and token counts of the rows at the wanted positions (a second pass).
+fn names(dir: &OutputDir, wanted: &BTreeSet<u64>) -> Result<BTreeMap<u64, (String, u64)>> {
     let mut found = BTreeMap::new();
     if wanted.is_empty() {
         return Ok(found);
     }
+    let mut position = 0u64;
     for shard in &dir.manifest.shards {
         let path = dir.path.join(&shard.file);
         read_shard(&path, false, |batch| {
             let cols = RowColumns::of(batch, &path)?;
             for row in 0..batch.num_rows() {
-                let id = cols.sample_id.value(row);
-                let hash = xxh3_128_with_seed(id.as_bytes(), ID_SEED);
-                if wanted.contains(&hash) {
+                if wanted.contains(&position) {
                     let tokens = cols.input_ids.value_length(row);
-                    found.insert(hash, (id.to_owned(), u64::try_from(tokens).unwrap_or(0)));
+                    let id = cols.sample_id.value(row).to_owned();
+                    found.insert(position, (id, u64::try_from(tokens).unwrap_or(0)));
                 }
+                position += 1;
             }
             Ok(())
         })?;
@@ -340,69 +473,109 @@ fn names(dir: &OutputDir, wanted: &BTreeSet<u128>) -> Result<BTreeMap<u128, (Str
     Ok(found)
 }
 
-fn row_changes(a: &OutputDir, b: &OutputDir) -> Result<RowChanges> {
-    let (ka, kb) = (row_keys(a)?, row_keys(b)?);
+/// Matches rows by (lane, content); pairs the rest by the shift of their neighbours.
+fn row_changes(
+    a: &OutputDir,
+    b: &OutputDir,
+    ka: Vec<RowKey>,
+    kb: Vec<RowKey>,
+) -> Result<RowChanges> {
     let mut changes = RowChanges::default();
-    let (mut added, mut removed, mut changed) = (Vec::new(), Vec::new(), Vec::new());
+    // Per lane, (row in A, row in B) of the rows matched by content, in A's row order.
+    let mut anchors: BTreeMap<u64, Vec<(u64, u64)>> = BTreeMap::new();
+    let (mut only_a, mut only_b) = (Vec::new(), BTreeMap::new());
     let (mut i, mut j) = (0, 0);
-    // Both sorted by id: one merge walk. Examples are the first ids in hash order, which is a
-    // deterministic, unbiased sample.
+    // Both sorted by (lane, content, row): one merge walk; equal content in one lane pairs in
+    // row order.
     while i < ka.len() || j < kb.len() {
         match (ka.get(i), kb.get(j)) {
-            (Some(x), Some(y)) if x.id == y.id => {
-                if x.content != y.content {
-                    changes.changed += 1;
-                    if changed.len() < EXAMPLES {
-                        changed.push(x.id);
-                    }
-                } else if x.position != y.position {
-                    changes.moved += 1;
-                } else {
+            (Some(x), Some(y)) if (x.lane, x.content) == (y.lane, y.content) => {
+                if x.position == y.position {
                     changes.unchanged += 1;
+                } else {
+                    changes.moved += 1;
                 }
+                anchors.entry(x.lane).or_default().push((x.row, y.row));
                 i += 1;
                 j += 1;
             }
-            (Some(x), Some(y)) if x.id < y.id => {
-                changes.removed += 1;
-                if removed.len() < EXAMPLES {
-                    removed.push(x.id);
-                }
+            (Some(x), Some(y)) if (x.lane, x.content) < (y.lane, y.content) => {
+                only_a.push(*x);
                 i += 1;
             }
             (Some(x), None) => {
-                changes.removed += 1;
-                if removed.len() < EXAMPLES {
-                    removed.push(x.id);
-                }
+                only_a.push(*x);
                 i += 1;
             }
             (_, Some(y)) => {
-                changes.added += 1;
-                if added.len() < EXAMPLES {
-                    added.push(y.id);
-                }
+                only_b.insert((y.lane, y.row), *y);
                 j += 1;
             }
             (None, None) => break,
         }
     }
     drop((ka, kb));
-    let in_a: BTreeSet<u128> = removed.iter().chain(&changed).copied().collect();
-    let in_b: BTreeSet<u128> = added.iter().chain(&changed).copied().collect();
+    for list in anchors.values_mut() {
+        list.sort_unstable();
+    }
+    let (mut added, mut removed, mut changed) = (Vec::new(), Vec::new(), Vec::new());
+    only_a.sort_unstable_by_key(|k| (k.lane, k.row));
+    for x in only_a {
+        // Where the nearest matched rows before and after it went in B.
+        let lane = anchors.get(&x.lane).map_or(&[][..], Vec::as_slice);
+        let at = lane.partition_point(|&(row, _)| row < x.row);
+        let shifts = [at.checked_sub(1).and_then(|k| lane.get(k)), lane.get(at)]
+            .into_iter()
+            .flatten()
+            .map(|&(ra, rb)| i128::from(rb) - i128::from(ra))
+            .chain([0]);
+        let twin = shifts
+            .filter_map(|shift| u64::try_from(i128::from(x.row) + shift).ok())
+            .find_map(|row| only_b.remove(&(x.lane, row)));
+        match twin {
+            Some(y) => {
+                changes.changed += 1;
+                if changed.len() < EXAMPLES {
+                    changed.push((x.position, y.position));
+                }
+            }
+            None => {
+                changes.removed += 1;
+                if removed.len() < EXAMPLES {
+                    removed.push(x.position);
+                }
+            }
+        }
+    }
+    changes.added = only_b.len() as u64;
+    added.extend(only_b.values().take(EXAMPLES).map(|y| y.position));
+    let in_a: BTreeSet<u64> = removed
+        .iter()
+        .chain(changed.iter().map(|c| &c.0))
+        .copied()
+        .collect();
+    let in_b: BTreeSet<u64> = added
+        .iter()
+        .chain(changed.iter().map(|c| &c.1))
+        .copied()
+        .collect();
     let (na, nb) = (names(a, &in_a)?, names(b, &in_b)?);
-    let example = |id: &u128| {
-        let (x, y) = (na.get(id), nb.get(id));
+    let example = |pa: Option<u64>, pb: Option<u64>| {
+        let (x, y) = (pa.and_then(|p| na.get(&p)), pb.and_then(|p| nb.get(&p)));
         Example {
-            sample_id: x.or(y).map(|(s, _)| s.clone()).unwrap_or_default(),
+            // B's id for a changed row: where it is now.
+            sample_id: y.or(x).map(|(s, _)| s.clone()).unwrap_or_default(),
             tokens_a: x.map(|(_, t)| *t),
             tokens_b: y.map(|(_, t)| *t),
         }
     };
     changes.examples = Examples {
-        added: added.iter().map(example).collect(),
-        removed: removed.iter().map(example).collect(),
-        changed: changed.iter().map(example).collect(),
+        added: added.iter().map(|p| example(None, Some(*p))).collect(),
+        removed: removed.iter().map(|p| example(Some(*p), None)).collect(),
+        changed: changed
+            .iter()
+            .map(|(pa, pb)| example(Some(*pa), Some(*pb)))
+            .collect(),
     };
     Ok(changes)
 }
@@ -423,10 +596,18 @@ fn render(r: &Report) -> String {
         out.push_str("same build_id: the same inputs and settings\n");
     }
     out.push_str(if r.identical {
-        "the shards are byte-identical\n"
+        "the shards are byte-identical (hashed and compared)\n"
     } else {
         "the shards differ\n"
     });
+    for (label, side) in [("A", &r.a), ("B", &r.b)] {
+        for file in &side.shards_unlike_manifest {
+            out.push_str(&format!(
+                "warning: {label}'s `{file}` is not what its manifest records (`chatshards verify {}`)\n",
+                side.dir
+            ));
+        }
+    }
     let value = |v: &Value| match v {
         Value::Null => "(none)".to_owned(),
         Value::String(s) => s.clone(),
@@ -456,7 +637,7 @@ fn render(r: &Report) -> String {
     }
     let rows = &r.rows;
     out.push_str(&format!(
-        "\nrows (by sample_id): {} added, {} removed, {} changed, {} moved, {} unchanged\n",
+        "\nrows (by source row and content): {} added, {} removed, {} changed, {} moved, {} unchanged\n",
         rows.added, rows.removed, rows.changed, rows.moved, rows.unchanged
     ));
     let tokens = |t: Option<u64>| t.map_or("-".to_owned(), |t| t.to_string());

@@ -146,19 +146,24 @@ pub fn summary_json(manifest: &Value, stats: Option<&StatsFile>) -> Value {
     Value::Object(out)
 }
 
-/// The aligned table.
-pub fn summary_text(manifest: &Value, stats: Option<&StatsFile>) -> String {
+/// `stats`' default count columns: with two length percentiles they fit 80 columns.
+const STATS_COLUMNS: &[&str] = &["read", "kept", "rows", "tokens", "supervised_tokens"];
+
+/// The aligned table: 80 columns by default, every count and percentile with `wide`.
+pub fn summary_text(manifest: &Value, stats: Option<&StatsFile>, wide: bool) -> String {
+    use crate::report::table::{sources_table, SourceRow};
+    use crate::report::thousands;
     let mut out = Vec::new();
     let name = manifest.get("name").and_then(Value::as_str).unwrap_or("?");
     out.push(format!("dataset: {name}"));
     if let Some(id) = manifest.get("build_id").and_then(Value::as_str) {
-        out.push(format!("build id: {id}"));
+        out.push(format!("build_id: {id}"));
     }
     out.push(format!(
-        "rows: {}   tokens: {}   supervised tokens: {}   shards: {}",
-        num(manifest, "rows"),
-        num(manifest, "tokens"),
-        num(manifest, "supervised_tokens"),
+        "rows: {}   tokens: {}   supervised_tokens: {}   shards: {}",
+        thousands(num(manifest, "rows")),
+        thousands(num(manifest, "tokens")),
+        thousands(num(manifest, "supervised_tokens")),
         manifest
             .get("shards")
             .and_then(Value::as_array)
@@ -169,145 +174,52 @@ pub fn summary_text(manifest: &Value, stats: Option<&StatsFile>) -> String {
         .get("sources")
         .and_then(Value::as_object)
         .unwrap_or(&empty);
-    let mut extra_keys: Vec<String> = Vec::new();
-    for s in sources.values() {
-        for (k, _) in extra_counts(s) {
-            if !extra_keys.contains(&k) {
-                extra_keys.push(k);
-            }
+    // Percentiles without separators: token lengths, read as sizes.
+    let percentiles = |st: Option<&crate::report::stats::SourceSummary>| -> Vec<(String, String)> {
+        let mut cells: Vec<(&str, Option<u64>)> = vec![("len_p50", st.map(|st| st.seq_len.p50))];
+        if wide {
+            cells.push(("len_p90", st.map(|st| st.seq_len.p90)));
         }
-    }
-    let mut header: Vec<String> = ["source", "read", "kept", "rejected", "filtered", "dedup"]
-        .map(String::from)
-        .to_vec();
-    header.extend(extra_keys.iter().cloned());
-    header.extend(
-        [
-            "rows",
-            "tokens",
-            "supervised",
-            "len p50",
-            "len p90",
-            "len p99",
-            "len max",
-            "sup p50",
-        ]
-        .map(String::from),
-    );
-    let mut rows = vec![header];
-    let percentile_cells = |st: Option<&crate::report::stats::SourceSummary>| -> Vec<String> {
-        match st {
-            Some(st) => vec![
-                st.seq_len.p50.to_string(),
-                st.seq_len.p90.to_string(),
-                st.seq_len.p99.to_string(),
-                st.seq_len.max.to_string(),
-                st.supervised_per_row.p50.to_string(),
-            ],
-            None => vec!["-".into(); 5],
+        cells.push(("len_p99", st.map(|st| st.seq_len.p99)));
+        if wide {
+            cells.push(("len_max", st.map(|st| st.seq_len.max)));
+            cells.push(("sup_p50", st.map(|st| st.supervised_per_row.p50)));
         }
-    };
-    for (name, s) in sources {
-        let mut row = vec![
-            name.clone(),
-            num(s, "read").to_string(),
-            num(s, "kept").to_string(),
-            total(s.get("rejected")).to_string(),
-            total(s.get("filtered")).to_string(),
-            num(s, "deduplicated").to_string(),
-        ];
-        let extra = extra_counts(s);
-        for k in &extra_keys {
-            let n = extra
-                .iter()
-                .find(|(key, _)| key == k)
-                .map_or(0, |(_, n)| *n);
-            row.push(n.to_string());
-        }
-        row.extend([
-            num(s, "rows").to_string(),
-            num(s, "tokens").to_string(),
-            num(s, "supervised_tokens").to_string(),
-        ]);
-        row.extend(percentile_cells(
-            stats.and_then(|st| st.sources.get(name.as_str())),
-        ));
-        rows.push(row);
-    }
-    let mut totals = vec!["total".to_owned()];
-    for key in ["read", "kept"] {
-        totals.push(
-            sources
-                .values()
-                .map(|s| num(s, key))
-                .sum::<u64>()
-                .to_string(),
-        );
-    }
-    for key in ["rejected", "filtered"] {
-        totals.push(
-            sources
-                .values()
-                .map(|s| total(s.get(key)))
-                .sum::<u64>()
-                .to_string(),
-        );
-    }
-    totals.push(
-        sources
-            .values()
-            .map(|s| num(s, "deduplicated"))
-            .sum::<u64>()
-            .to_string(),
-    );
-    for k in &extra_keys {
-        let n: u64 = sources
-            .values()
-            .flat_map(extra_counts)
-            .filter(|(key, _)| key == k)
-            .map(|(_, n)| n)
-            .sum();
-        totals.push(n.to_string());
-    }
-    for key in ["rows", "tokens", "supervised_tokens"] {
-        totals.push(num(manifest, key).to_string());
-    }
-    totals.extend(percentile_cells(stats.map(|st| &st.total)));
-    rows.push(totals);
-    let widths: Vec<usize> = (0..rows[0].len())
-        .map(|c| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0))
-        .collect();
-    for row in &rows {
-        let cells: Vec<String> = row
-            .iter()
-            .zip(&widths)
-            .enumerate()
-            .map(|(i, (cell, &w))| {
-                if i == 0 {
-                    format!("{cell:<w$}")
-                } else {
-                    format!("{cell:>w$}")
-                }
+        cells
+            .into_iter()
+            .map(|(k, v)| {
+                (
+                    k.to_owned(),
+                    v.map_or_else(|| "-".to_owned(), |v| v.to_string()),
+                )
             })
-            .collect();
-        out.push(cells.join("  ").trim_end().to_owned());
-    }
-    // Reasons, summed over sources.
-    let mut reasons: std::collections::BTreeMap<String, u64> = Default::default();
-    for s in sources.values() {
-        for kind in ["rejected", "filtered"] {
-            if let Some(m) = s.get(kind).and_then(Value::as_object) {
-                for (k, v) in m {
-                    *reasons.entry(format!("{kind} {k}")).or_default() += v.as_u64().unwrap_or(0);
+            .collect()
+    };
+    let rows: Vec<SourceRow> = sources
+        .iter()
+        .map(|(name, s)| {
+            let mut row = SourceRow::from_manifest(name, s);
+            row.extra = percentiles(stats.and_then(|st| st.sources.get(name.as_str())));
+            row
+        })
+        .collect();
+    out.push(sources_table(
+        &rows,
+        &percentiles(stats.map(|st| &st.total)),
+        STATS_COLUMNS,
+        wide,
+    ));
+    if wide {
+        // Counts a later version added to the manifest, under their own names.
+        for (name, s) in sources {
+            for (k, n) in extra_counts(s) {
+                if !matches!(
+                    k.as_str(),
+                    "near_duplicate" | "contaminated" | "sampled_out" | "repeated"
+                ) {
+                    out.push(format!("  {name}: {k} {}", thousands(n)));
                 }
             }
-        }
-    }
-    if !reasons.is_empty() {
-        out.push("reasons:".into());
-        let w = reasons.keys().map(|k| k.len()).max().unwrap_or(0);
-        for (k, v) in reasons {
-            out.push(format!("  {k:<w$}  {v:>10}"));
         }
     }
     if stats.is_none() {
@@ -316,13 +228,13 @@ pub fn summary_text(manifest: &Value, stats: Option<&StatsFile>) -> String {
         ));
     } else {
         out.push(
-            "len = tokens per row, sup = supervised tokens per row; percentiles are bin tops, exact below 32 and at most 6.25% high above (stats.json)".into(),
+            "len_pN: tokens per row at percentile N; --wide adds sup_p50, supervised tokens\nper row. Percentiles are bin tops: exact below 32, at most 6.25% high above.".into(),
         );
     }
     out.join("\n")
 }
 
-pub fn run(dir: &Path, as_json: bool) -> Result<()> {
+pub fn run(dir: &Path, as_json: bool, wide: bool) -> Result<()> {
     use std::io::Write;
     let (manifest, stats) = load(dir)?;
     let text = if as_json {
@@ -330,7 +242,7 @@ pub fn run(dir: &Path, as_json: bool) -> Result<()> {
             .trim_end()
             .to_owned()
     } else {
-        summary_text(&manifest, stats.as_ref())
+        summary_text(&manifest, stats.as_ref(), wide)
     };
     match writeln!(std::io::stdout().lock(), "{text}") {
         // `chatshards stats DIR | head` is not an error.

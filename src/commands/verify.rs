@@ -417,6 +417,7 @@ fn rebuild(out: &OutputDir, threads: Option<usize>, printer: &Printer) -> Result
             output: Some(temp.clone()),
             fresh: true,
             merge: None,
+            wide: false,
         },
         &Printer::Quiet,
     )

@@ -41,6 +41,8 @@ pub struct BuildArgs {
     pub fresh: bool,
     /// A merge: the parts directory and the part count (the scans replay the parts).
     pub merge: Option<(Option<PathBuf>, usize)>,
+    /// Print every column of the summary, not only those that fit 80 columns.
+    pub wide: bool,
 }
 
 pub fn run(args: &BuildArgs, printer: &Printer) -> Result<()> {
@@ -53,6 +55,46 @@ pub fn run(args: &BuildArgs, printer: &Printer) -> Result<()> {
     // Always measured (a few clock reads per batch); printed with `--timings`.
     let timings = Timings::default();
     build(&plan, args, printer, started, &timings)
+}
+
+/// The sources that kept less than their `min_keep`, with examples from the side outputs.
+pub fn source_losses(
+    plan: &Plan,
+    stats: &[(String, SourceStats)],
+    side_outputs: &[&Path],
+) -> Vec<crate::report::loss::Loss> {
+    use crate::report::loss::{self, Examples, SourceFacts};
+    let failing = |i: usize, s: &SourceStats| {
+        let facts = SourceFacts {
+            name: plan.sources[i].name.clone(),
+            min_keep: plan.sources[i].min_keep,
+            ..SourceFacts::default()
+        };
+        loss::check(&facts, s, &Examples::default()).is_some()
+    };
+    if !stats.iter().enumerate().any(|(i, (_, s))| failing(i, s)) {
+        return Vec::new();
+    }
+    // Only for a failing build: the side outputs are read back for one example per reason.
+    let mut examples = Examples::default();
+    for path in side_outputs {
+        examples.add_file(path);
+    }
+    stats
+        .iter()
+        .enumerate()
+        .filter(|(i, (_, s))| failing(*i, s))
+        .filter_map(|(i, (_, s))| {
+            let source = &plan.sources[i];
+            let facts = SourceFacts {
+                name: source.name.clone(),
+                format: source.adapter.name().to_owned(),
+                min_keep: source.min_keep,
+                first_keys: loss::first_keys(&source.files),
+            };
+            loss::check(&facts, s, &examples)
+        })
+        .collect()
 }
 
 /// The build proper.
@@ -166,7 +208,6 @@ fn build(
         &mut journal,
         parts,
     )?;
-    progress.finish();
     rejects.flush().context("failed to write rejects.jsonl")?;
     filtered.flush().context("failed to write filtered.jsonl")?;
     conversations
@@ -191,21 +232,42 @@ fn build(
         .map(|s| s.name.clone())
         .zip(stats.iter().cloned())
         .collect();
-    printer.info(&summary_table(&named));
-    if let Some(target) = &plan.mix {
-        printer.info(&crate::report::mix_table(target, &settled.mix));
-    }
+    progress.suspend(|| {
+        printer.info(&summary_table(&named, args.wide));
+        if let Some(target) = &plan.mix {
+            printer.info(&crate::report::mix_table(target, &settled.mix));
+        }
+    });
     for (name, s) in &named {
         if !s.balanced() {
             bail!("internal error: the accounting of source `{name}` does not balance: {s:?}");
         }
     }
+    // No silent loss: a source below its `min_keep` fails the build, as does an empty one;
+    // the rejects are kept beside the output, since they are the whole answer then.
+    let losses = source_losses(
+        plan,
+        &named,
+        &[rejects_path.as_path(), filtered_path.as_path()],
+    );
     let total_rows = spill.rows() - settled.excluded_rows;
-    if total_rows == 0 {
-        bail!(
-            "no rows were kept, so no dataset was written; see `{}` for the reasons",
-            output.keep_rejects()?.display()
-        );
+    if total_rows == 0 || !losses.is_empty() {
+        let kept = output.keep_rejects()?;
+        let head = if total_rows == 0 {
+            format!(
+                "no rows were kept, so no dataset was written; see `{}` for the reasons",
+                kept.display()
+            )
+        } else {
+            format!(
+                "no dataset was written; every reject is in `{}`",
+                kept.display()
+            )
+        };
+        if losses.is_empty() {
+            bail!("{head}");
+        }
+        bail!("{}\n{head}", crate::report::loss::LossError(losses));
     }
 
     let source_names = Arc::new(plan.sources.iter().map(|s| s.name.clone()).collect());
@@ -225,7 +287,9 @@ fn build(
             rows_per_shard: plan.rows_per_shard,
             mask_dtype: plan.mask.dtype,
             excluded: &settled.excluded,
+            written: Some(&|rows: u64| progress.shard_rows(rows)),
         };
+        progress.shards_started(total_rows);
         let shards = write::write_shards(
             &staging,
             spill,
@@ -245,6 +309,7 @@ fn build(
         reread?;
         Ok::<_, anyhow::Error>((shards, side?))
     })?;
+    progress.finish();
     crate::commands::stats::write_stats_files(&staging, &row_stats)?;
 
     let shard_files: Vec<String> = shards.iter().map(|s| s.file.clone()).collect();

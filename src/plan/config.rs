@@ -8,6 +8,10 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::path::PathBuf;
 
+/// Least share of the rows it read that a source must keep (before `take` / `mix`, which are
+/// the user's own choice) unless `min_keep` says otherwise: 1%. Below it the build fails.
+pub const DEFAULT_MIN_KEEP: f64 = 0.01;
+
 /// A pipeline: where the data comes from, how it is rendered and tokenized, where it goes.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -59,6 +63,10 @@ pub struct PipelineConfig {
     /// A mix target shared by the sources' `weight`s; without it each source keeps its `take`.
     #[serde(default)]
     pub mix: Option<crate::curate::select::MixConfig>,
+    /// Least share of its rows read that every source must keep (before `take` / `mix`), or
+    /// the build fails naming why; a source's own `min_keep` overrides it. Default 0.01.
+    #[serde(default)]
+    pub min_keep: Option<f64>,
     pub sources: Vec<SourceConfig>,
     pub output: OutputConfig,
 }
@@ -190,6 +198,9 @@ pub struct SourceConfig {
     /// reason `unresolved`, counted but not written as rejects).
     #[serde(default)]
     pub resolved_only: Option<bool>,
+    /// This source's least share to keep (see the pipeline's `min_keep`).
+    #[serde(default)]
+    pub min_keep: Option<f64>,
 }
 
 /// A `format:` value. Each source-specific format's module docs (`src/adapt/`) list its

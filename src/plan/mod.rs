@@ -5,6 +5,7 @@
 pub mod config;
 mod inputs;
 pub mod paths;
+mod suggest;
 
 pub use inputs::{local_files, template_kwargs, HubAccess, InputFile, UsedLock};
 
@@ -85,6 +86,8 @@ pub struct SourcePlan {
     pub weight: Option<f64>,
     /// The global filters, then the source's own.
     pub filters: crate::curate::filters::Filters,
+    /// Least share of the rows read to keep, or the build fails (`min_keep`).
+    pub min_keep: f64,
 }
 
 /// Benchmark decontamination with its files resolved.
@@ -117,21 +120,29 @@ fn hub_message(e: &crate::hub::HubError) -> String {
 }
 
 fn format_yaml_error(path: &Path, source: &[u8], e: &serde_yaml_ng::Error) -> String {
-    match e.location() {
-        Some(l) => {
-            let (line, column) =
-                duplicate_key_position(source, &e.to_string(), l.line(), l.column())
-                    .unwrap_or((l.line(), l.column()));
-            // serde_yaml_ng appends " at line L column C"; we print the location up front.
-            let text = e.to_string();
-            let text = text
-                .rsplit_once(" at line ")
-                .map_or(text.as_str(), |(head, _)| head)
-                .to_owned();
-            format!("{}:{line}:{column}: {text}", path.display())
-        }
-        None => format!("{}: {e}", path.display()),
+    // Every schema error at once where the text is valid UTF-8 and the errors have places.
+    let all = std::str::from_utf8(source)
+        .map(|text| suggest::schema_errors(text, e))
+        .unwrap_or_default();
+    if all.is_empty() {
+        return format!(
+            "{}: {}",
+            path.display(),
+            suggest::did_you_mean(&e.to_string())
+        );
     }
+    all.into_iter()
+        .map(|(line, column, text)| {
+            let (line, column) =
+                duplicate_key_position(source, &text, line, column).unwrap_or((line, column));
+            format!(
+                "{}:{line}:{column}: {}",
+                path.display(),
+                suggest::did_you_mean(&text)
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 /// serde reports a duplicate key at the start of its mapping (`line`, `column`): the position
@@ -249,6 +260,14 @@ pub fn compile(path: &Path, access: HubAccess) -> Result<Plan, PlanError> {
     if config.sources.is_empty() {
         errors.push("`sources` is empty: name at least one source".into());
     }
+    // The global filters once, their errors at their own line (not at every source's).
+    let global_filters = match crate::curate::filters::Filters::compile(&config.filters, &[]) {
+        Ok(_) => config.filters.as_slice(),
+        Err(e) => {
+            errors.push(format!("filters: {e}"));
+            &[]
+        }
+    };
     let mut sources = Vec::new();
     for (i, source) in config.sources.iter().enumerate() {
         if config.sources[..i].iter().any(|s| s.name == source.name) {
@@ -274,7 +293,17 @@ pub fn compile(path: &Path, access: HubAccess) -> Result<Plan, PlanError> {
                 errors.push(format!("sources[{i}]: {e}"));
             }
         }
-        match compile_source(&inputs.sources[i], source, &config.filters) {
+        let min_keep = source
+            .min_keep
+            .or(config.min_keep)
+            .unwrap_or(config::DEFAULT_MIN_KEEP);
+        if !(0.0..=1.0).contains(&min_keep) {
+            errors.push(format!(
+                "sources[{i}] (`{}`): `min_keep` must be a share between 0 and 1, not {min_keep}",
+                source.name
+            ));
+        }
+        match compile_source(&inputs.sources[i], source, global_filters, min_keep) {
             Ok(s) => sources.push(s),
             Err(e) => errors.extend(
                 e.into_iter()
@@ -432,6 +461,7 @@ fn compile_source(
     files: &[InputFile],
     source: &SourceConfig,
     global_filters: &[crate::curate::filters::FilterConfig],
+    min_keep: f64,
 ) -> Result<SourcePlan, Vec<String>> {
     let mut errors = Vec::new();
     let filters = crate::curate::filters::Filters::compile(global_filters, &source.filters)
@@ -461,6 +491,7 @@ fn compile_source(
             sample: source.sample,
             weight: source.weight,
             filters,
+            min_keep,
         }),
         (Ok(_), _) => Err(errors),
         (Err(e), _) => {

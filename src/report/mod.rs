@@ -2,7 +2,9 @@
 //! summary table printed at the end of a build; [`timings`], where its CPU time went.
 
 pub mod html;
+pub mod loss;
 pub mod stats;
+pub mod table;
 pub mod timings;
 pub mod token_freq;
 
@@ -96,63 +98,27 @@ impl AddAssign<&SourceStats> for SourceStats {
     }
 }
 
-/// The end-of-run table, one line per source plus a total.
-pub fn summary_table(sources: &[(String, SourceStats)]) -> String {
-    let mut total = SourceStats::default();
-    let mut lines = vec![format!(
-        "{:<24} {:>10} {:>10} {:>9} {:>9} {:>8} {:>8} {:>8} {:>10} {:>10} {:>6} {:>14} {:>14}",
-        "source",
-        "read",
-        "kept",
-        "rejected",
-        "filtered",
-        "dedup",
-        "near-dup",
-        "contam",
-        "sampled",
-        "rows",
-        "x",
-        "tokens",
-        "supervised"
-    )];
-    let line = |name: &str, s: &SourceStats| {
-        // Output rows per kept conversation (copies included): what `expand` / `turns` made.
-        let per = s.rows as f64 / (s.kept + s.repeated).max(1) as f64;
-        format!(
-            "{:<24} {:>10} {:>10} {:>9} {:>9} {:>8} {:>8} {:>8} {:>10} {:>10} {:>6.2} {:>14} {:>14}",
-            name,
-            s.read,
-            s.kept,
-            s.rejected_total(),
-            s.filtered_total(),
-            s.deduplicated,
-            s.near_duplicate,
-            s.contaminated,
-            s.sampled_out,
-            s.rows,
-            per,
-            s.tokens,
-            s.supervised_tokens
-        )
-    };
-    for (name, s) in sources {
-        lines.push(line(name, s));
-        total += s;
-    }
-    lines.push(line("total", &total));
-    let mut reasons: BTreeMap<String, u64> = BTreeMap::new();
-    for (_, s) in sources {
-        for (k, v) in &s.rejected {
-            *reasons.entry(format!("rejected {}", k.code())).or_default() += v;
+/// `1234567` as `1,234,567`: counts read at a glance.
+pub fn thousands(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::with_capacity(digits.len() + digits.len() / 3);
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            out.push(',');
         }
-        for (k, v) in &s.filtered {
-            *reasons.entry(format!("filtered {k}")).or_default() += v;
-        }
+        out.push(c);
     }
-    for (k, v) in reasons.into_iter().filter(|(_, v)| *v > 0) {
-        lines.push(format!("  {k}: {v}"));
-    }
-    lines.join("\n")
+    out
+}
+
+/// The end-of-run table, one line per source plus a total, then the rows each source dropped
+/// by reason ([`table::sources_table`]).
+pub fn summary_table(sources: &[(String, SourceStats)], wide: bool) -> String {
+    let rows: Vec<table::SourceRow> = sources
+        .iter()
+        .map(|(name, s)| table::SourceRow::from_stats(name, s))
+        .collect();
+    table::sources_table(&rows, &[], table::BUILD_COLUMNS, wide)
 }
 
 /// The realized mix against its target, one line per source.

@@ -40,6 +40,8 @@ pub struct ShardLayout<'a> {
     pub mask_dtype: crate::tokenize::mask_config::MaskDtype,
     /// `source:file:row` of spilled conversations that were not selected (left out).
     pub excluded: &'a std::collections::HashSet<String>,
+    /// Told the rows of each batch written (the build's progress).
+    pub written: Option<&'a (dyn Fn(u64) + Sync)>,
 }
 
 /// The rows of one record batch: (bucket, row in it) in output order.
@@ -80,6 +82,7 @@ fn write_windowed(
         rows_per_shard,
         mask_dtype,
         excluded,
+        written,
     } = *layout;
     let count = total_rows.div_ceil(rows_per_shard as u64) as usize;
     let buckets = spill.finish()?;
@@ -192,6 +195,9 @@ fn write_windowed(
                 None => current.insert(ShardWriter::create(dir, shard_name(shard, count))?),
             };
             writer.append(bytes, rows)?;
+            if let Some(written) = written {
+                written(rows);
+            }
             if ends_shard {
                 if let Some(w) = current.take() {
                     shards.push(w.finish()?);
@@ -308,6 +314,7 @@ mod tests {
                 rows_per_shard: 700,
                 mask_dtype: Default::default(),
                 excluded: &excluded,
+                written: None,
             };
             let pool = rayon::ThreadPoolBuilder::new()
                 .num_threads(threads)
@@ -378,6 +385,7 @@ mod tests {
                 rows_per_shard: per_shard,
                 mask_dtype: Default::default(),
                 excluded: &excluded,
+                written: None,
             };
             let pool = rayon::ThreadPoolBuilder::new()
                 .num_threads(3)
