@@ -88,7 +88,7 @@ pub fn write_mapping(out: &Path, d2t: &[i64], t2d: &[bool]) -> Result<()> {
         ("t2d.npy", npy("|b1", t2d.len(), &t2d_bytes)),
     ] {
         let path = out.join(name);
-        std::fs::write(&path, bytes)
+        crate::write::nofollow::write(&path, &bytes)
             .with_context(|| format!("failed to write `{}`", path.display()))?;
     }
     Ok(())

@@ -88,7 +88,7 @@ pub fn write_pt(path: &Path, freq: &[u64]) -> Result<()> {
         ("version", b"3\n"),
         (".data/serialization_id", id.as_bytes()),
     ];
-    let file = std::fs::File::create(path).with_context(context)?;
+    let file = crate::write::nofollow::create(path).with_context(context)?;
     let mut zip = zip::ZipWriter::new(std::io::BufWriter::new(file));
     let options = zip::write::SimpleFileOptions::default()
         .compression_method(zip::CompressionMethod::Stored)
