@@ -153,18 +153,18 @@ fn build(
             write::OutputFile::create(&path)
                 .with_context(|| format!("failed to create `{}`", path.display()))?,
         ),
-        Some(at) => (|| -> Result<_> {
-            Ok((
-                Spill::resume(&spill_dir, plan.shuffle, &at.spill)?,
-                write::reopen_side_output(&rejects_path, at.rejects)
-                    .with_context(|| resumed(&rejects_path))?,
-                write::reopen_side_output(&filtered_path, at.filtered)
-                    .with_context(|| resumed(&filtered_path))?,
-                write::OutputFile::resume(&path, at.conversations)
-                    .with_context(|| resumed(&path))?,
-            ))
-        })()
-        .map_err(unreadable)?,
+        Some(at) => (
+            Spill::resume(&spill_dir, plan.shuffle, &at.spill).map_err(|e| unreadable(e.into()))?,
+            write::reopen_side_output(&rejects_path, at.rejects)
+                .with_context(|| resumed(&rejects_path))
+                .map_err(unreadable)?,
+            write::reopen_side_output(&filtered_path, at.filtered)
+                .with_context(|| resumed(&filtered_path))
+                .map_err(unreadable)?,
+            write::OutputFile::resume(&path, at.conversations)
+                .with_context(|| resumed(&path))
+                .map_err(unreadable)?,
+        ),
     };
     // stats.json: rows are counted as the shards are written, conversations (turns and tool
     // calls) from the settled selection.

@@ -343,7 +343,8 @@ const EINVAL: i32 = 22;
 fn direct_io() -> bool {
     static DIRECT: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *DIRECT.get_or_init(|| {
-        std::env::var("CHATSHARDS_DIRECT_IO").map_or(true, |v| !matches!(v.trim(), "0" | "false"))
+        let value = std::env::var("CHATSHARDS_DIRECT_IO");
+        !matches!(value.as_deref().map(str::trim), Ok("0" | "false"))
     })
 }
 
