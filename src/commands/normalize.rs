@@ -17,7 +17,6 @@ use crate::reject::Skip;
 use crate::validate::Validator;
 use anyhow::{anyhow, Context, Result};
 use serde_json::{json, Value};
-use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::path::PathBuf;
 
@@ -50,11 +49,10 @@ pub fn run(args: &NormalizeArgs, printer: &Printer) -> Result<()> {
 
     let mut out = BufWriter::new(std::io::stdout().lock());
     let mut side: Box<dyn Write> = match &args.rejects {
-        Some(path) => {
-            Box::new(BufWriter::new(File::create(path).with_context(|| {
-                format!("failed to create `{}`", path.display())
-            })?))
-        }
+        Some(path) => Box::new(BufWriter::new(
+            crate::write::nofollow::create(path)
+                .with_context(|| format!("failed to create `{}`", path.display()))?,
+        )),
         None => Box::new(BufWriter::new(std::io::stderr().lock())),
     };
     let (mut read, mut kept, mut rejected, mut filtered) = (0u64, 0u64, 0u64, 0u64);

@@ -15,7 +15,8 @@ pub fn write_report(dir: &Path) -> Result<PathBuf> {
     let filtered = Examples::read(&dir.join("filtered.jsonl"));
     let page = html::render(&manifest, stats.as_ref(), &rejects, &filtered);
     let path = dir.join(REPORT);
-    std::fs::write(&path, page).with_context(|| format!("failed to write `{}`", path.display()))?;
+    crate::write::nofollow::write(&path, page.as_bytes())
+        .with_context(|| format!("failed to write `{}`", path.display()))?;
     Ok(path)
 }
 

@@ -17,7 +17,8 @@ pub const STATS: &str = "stats.json";
 pub fn write_stats_files(dir: &Path, stats: &DatasetStats) -> Result<()> {
     let path = dir.join(STATS);
     let text = crate::write::pretty(&serde_json::to_value(stats.file())?);
-    std::fs::write(&path, text).with_context(|| format!("failed to write `{}`", path.display()))?;
+    crate::write::nofollow::write(&path, text.as_bytes())
+        .with_context(|| format!("failed to write `{}`", path.display()))?;
     token_freq::write_pt(&dir.join(TOKEN_FREQ), stats.token_freq_supervised())?;
     token_freq::write_pt(&dir.join(TOKEN_FREQ_ALL), stats.token_freq_all())?;
     Ok(())

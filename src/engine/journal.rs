@@ -25,7 +25,7 @@
 use crate::curate::ledger::{Scanned, Work};
 use crate::frames::{FrameError, FrameReader};
 use crate::reject::RejectReason;
-use crate::write::SpillState;
+use crate::write::{nofollow, SpillState};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::fs::{self, File};
@@ -441,10 +441,8 @@ impl Journal {
             };
             replay.limit = Some(partial.events);
             let err = |e| JournalError::Write(partial.path.clone(), e);
-            let file = fs::OpenOptions::new()
-                .append(true)
-                .open(&partial.path)
-                .map_err(err)?;
+            let file =
+                nofollow::open(nofollow::options(0).append(true), &partial.path).map_err(err)?;
             let recorder = Recorder {
                 writer: Some(BufWriter::with_capacity(1 << 20, file)),
                 tmp: partial.path.clone(),
@@ -459,7 +457,7 @@ impl Journal {
             });
         }
         let tmp = dir.join(pass_name(pass, "tmp"));
-        let file = File::create(&tmp).map_err(|e| JournalError::Write(tmp.clone(), e))?;
+        let file = nofollow::create(&tmp).map_err(|e| JournalError::Write(tmp.clone(), e))?;
         let mut recorder = Recorder {
             writer: Some(BufWriter::with_capacity(1 << 20, file)),
             tmp,
@@ -518,7 +516,7 @@ impl Partial {
             return Ok(None);
         };
         let err = |e| JournalError::Write(path.to_owned(), e);
-        let file = fs::OpenOptions::new().write(true).open(path).map_err(err)?;
+        let file = nofollow::open(nofollow::options(0).write(true), path).map_err(err)?;
         file.set_len(offset).map_err(err)?;
         file.sync_all().map_err(err)?;
         Ok(Some(Partial {
@@ -536,7 +534,7 @@ fn pass_name(pass: usize, ext: &str) -> String {
 
 /// Writes a file and syncs it.
 fn write_synced(path: &Path, bytes: &[u8]) -> io::Result<()> {
-    let mut f = File::create(path)?;
+    let mut f = nofollow::create(path)?;
     f.write_all(bytes)?;
     f.sync_all()
 }

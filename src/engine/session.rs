@@ -132,10 +132,26 @@ fn build(
     };
     let output = write::output::Output::prepare(out, &placement(plan), resume)?;
     let staging = output.staging().to_owned();
+    if output.finished() {
+        return swap_finished(output, printer);
+    }
     let work_dir = output.work_dir();
     let journal_dir = work_dir.join(write::output::JOURNAL);
-    let mut journal = Journal::open(&journal_dir, &key, segment_rows()?)?;
-    let restored = journal.positions()?;
+    // An interrupted build that cannot be gone on from is kept as it is and the build refused:
+    // its recorded passes are never deleted unasked.
+    let unreadable = |e: anyhow::Error| {
+        if !output.resumed() {
+            return e;
+        }
+        output.keep_staging();
+        e.context(format!(
+            "cannot go on from the interrupted build in `{}`, which is kept as it is; build with `--fresh` to discard it and start over",
+            staging.display()
+        ))
+    };
+    let mut journal =
+        Journal::open(&journal_dir, &key, segment_rows()?).map_err(|e| unreadable(e.into()))?;
+    let restored = journal.positions().map_err(|e| unreadable(e.into()))?;
     if restored.is_some() {
         printer.info(&format!(
             "resuming the interrupted build in `{}`: {} pass(es) and {} row(s) of the next are recorded and replayed",
@@ -177,12 +193,16 @@ fn build(
                 .with_context(|| format!("failed to create `{}`", path.display()))?,
         ),
         Some(at) => (
-            Spill::resume(&spill_dir, plan.shuffle, &at.spill)?,
+            Spill::resume(&spill_dir, plan.shuffle, &at.spill).map_err(|e| unreadable(e.into()))?,
             write::reopen_side_output(&rejects_path, at.rejects)
-                .with_context(|| resumed(&rejects_path))?,
+                .with_context(|| resumed(&rejects_path))
+                .map_err(unreadable)?,
             write::reopen_side_output(&filtered_path, at.filtered)
-                .with_context(|| resumed(&filtered_path))?,
-            write::OutputFile::resume(&path, at.conversations).with_context(|| resumed(&path))?,
+                .with_context(|| resumed(&filtered_path))
+                .map_err(unreadable)?,
+            write::OutputFile::resume(&path, at.conversations)
+                .with_context(|| resumed(&path))
+                .map_err(unreadable)?,
         ),
     };
     // stats.json: rows are counted as the shards are written, conversations (turns and tool
@@ -368,6 +388,33 @@ fn build(
             None => "--timings: the CPU clocks are read on Linux only".to_owned(),
         });
     }
+    Ok(())
+}
+
+/// Puts in place the dataset an interrupted build finished but did not swap in.
+fn swap_finished(output: write::output::Output, printer: &Printer) -> Result<()> {
+    let path = output.staging().join("manifest.json");
+    let manifest: serde_json::Value = fs::read(&path)
+        .ok()
+        .and_then(|bytes| serde_json::from_slice(&bytes).ok())
+        .with_context(|| format!("failed to read `{}`", path.display()))?;
+    printer.info(&format!(
+        "the interrupted build in `{}` had finished its dataset: putting it in place",
+        output.staging().display()
+    ));
+    let dir = output.dir().to_owned();
+    output.commit()?;
+    printer.info(&format!(
+        "wrote {} rows in {} shard(s) to `{}`",
+        manifest["rows"],
+        manifest["shards"].as_array().map_or(0, Vec::len),
+        dir.display()
+    ));
+    printer.info(&format!(
+        "build_id {}, dataset_sha256 {}",
+        manifest["build_id"].as_str().unwrap_or_default(),
+        manifest["dataset_sha256"].as_str().unwrap_or_default()
+    ));
     Ok(())
 }
 
@@ -761,8 +808,8 @@ fn manifest(
 }
 
 fn create(path: &Path) -> Result<BufWriter<fs::File>> {
-    let f =
-        fs::File::create(path).with_context(|| format!("failed to create `{}`", path.display()))?;
+    let f = write::nofollow::create(path)
+        .with_context(|| format!("failed to create `{}`", path.display()))?;
     Ok(BufWriter::with_capacity(1 << 20, f))
 }
 
@@ -771,5 +818,6 @@ fn write_file(path: &Path, text: &str) -> Result<()> {
 }
 
 fn write_bytes(path: &Path, bytes: &[u8]) -> Result<()> {
-    fs::write(path, bytes).with_context(|| format!("failed to write `{}`", path.display()))
+    write::nofollow::write(path, bytes)
+        .with_context(|| format!("failed to write `{}`", path.display()))
 }

@@ -211,11 +211,13 @@ impl Cache {
             if let Some(parent) = path.parent() {
                 std::fs::create_dir_all(parent)?;
             }
-            std::fs::OpenOptions::new()
-                .create(true)
-                .truncate(false)
-                .write(true)
-                .open(&path)
+            crate::write::nofollow::open(
+                crate::write::nofollow::options(0)
+                    .create(true)
+                    .truncate(false)
+                    .write(true),
+                &path,
+            )
         };
         let file = open().map_err(|error| (path.clone(), error))?;
         loop {
@@ -255,7 +257,8 @@ pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> io::Result<()> {
         .map(|name| name.to_string_lossy().into_owned())
         .unwrap_or_default();
     let temporary = parent.join(format!(".{file_name}.{}.tmp", std::process::id()));
-    let result = std::fs::write(&temporary, bytes).and_then(|()| std::fs::rename(&temporary, path));
+    let result = crate::write::nofollow::write(&temporary, bytes)
+        .and_then(|()| std::fs::rename(&temporary, path));
     if result.is_err() {
         let _ = std::fs::remove_file(&temporary);
     }

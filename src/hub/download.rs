@@ -477,12 +477,14 @@ impl<'a> PartialFile<'a> {
             path: path.to_owned(),
             source,
         };
-        let file = std::fs::OpenOptions::new()
-            .read(true)
-            .append(true)
-            .create(true)
-            .open(path)
-            .map_err(|source| write_error(path, source))?;
+        let file = crate::write::nofollow::open(
+            crate::write::nofollow::options(0)
+                .read(true)
+                .append(true)
+                .create(true),
+            path,
+        )
+        .map_err(|source| write_error(path, source))?;
         let mut part = PartialFile {
             offset: file.metadata().map_err(read_error)?.len(),
             file,

@@ -71,7 +71,8 @@ pub fn write_pt(path: &Path, freq: &[u64]) -> Result<()> {
         .filter(|s| !s.is_empty())
         .unwrap_or("archive");
     let bytes = torch_zip(folder, &pickle_counts(freq), &[])?;
-    std::fs::write(path, bytes).with_context(|| format!("failed to write `{}`", path.display()))
+    crate::write::nofollow::write(path, &bytes)
+        .with_context(|| format!("failed to write `{}`", path.display()))
 }
 
 /// A 1-D CPU tensor for [`pickle_tensor_dict`]: its storage class (`LongStorage`,

@@ -71,11 +71,12 @@ pub fn write(dir: &Path, files: &[(String, Vec<u8>)]) -> Result<()> {
     }
     let record_path = dir.join(RECORD);
     let json = serde_json::to_vec_pretty(&record).context("failed to encode the record")?;
-    fs::write(&record_path, json)
+    crate::write::nofollow::write(&record_path, &json)
         .with_context(|| format!("failed to write `{}`", record_path.display()))?;
     for (name, bytes) in files {
         let path = dir.join(name);
-        fs::write(&path, bytes).with_context(|| format!("failed to write `{}`", path.display()))?;
+        crate::write::nofollow::write(&path, bytes)
+            .with_context(|| format!("failed to write `{}`", path.display()))?;
     }
     Ok(())
 }

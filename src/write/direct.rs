@@ -8,6 +8,9 @@
 //! written through the page cache at the end. Where the filesystem refuses direct I/O (the
 //! open or a write fails with `EINVAL`), the file silently becomes an ordinary buffered one:
 //! the bytes written are the same either way.
+//!
+//! `CHATSHARDS_DIRECT_IO=0` makes every such file an ordinary buffered one (same bytes), so
+//! that both ways can be measured like for like on a given machine.
 
 use std::fs::File;
 use std::io::{self, Read, Seek, SeekFrom, Write};
@@ -41,22 +44,18 @@ pub struct OutputFile {
 impl OutputFile {
     /// Creates (or truncates) `path`, to be written in 1 MiB blocks.
     pub fn create(path: &Path) -> io::Result<OutputFile> {
-        Self::create_with(path, true, BLOCK)
+        Self::create_with(path, direct_io(), BLOCK)
     }
 
     /// Creates (or truncates) `path`, to be written in blocks of `block` bytes (rounded up to
     /// a multiple of 4 KiB), e.g. smaller ones for many files open at once.
     pub fn with_block(path: &Path, block: usize) -> io::Result<OutputFile> {
-        Self::create_with(path, true, block.max(1).next_multiple_of(ALIGN))
+        Self::create_with(path, direct_io(), block.max(1).next_multiple_of(ALIGN))
     }
 
     /// `direct: false` makes an ordinary buffered file (to compare the two in tests).
     fn create_with(path: &Path, direct: bool, block: usize) -> io::Result<OutputFile> {
-        let (file, direct) = if direct {
-            open(path, true)?
-        } else {
-            (File::create(path)?, false)
-        };
+        let (file, direct) = open(path, true, direct)?;
         Self::with_file(file, direct, block, 0)
     }
 
@@ -68,18 +67,33 @@ impl OutputFile {
     /// Reopens a file at a length that [`OutputFile::sync_point`] returned (say, after the
     /// process was killed), dropping whatever was written after it, to go on writing as if the
     /// process had never stopped.
+    ///
+    /// The file is cut back to `len`, never shorter: the part of its last 4 KiB block below
+    /// `len` is staged again in memory (direct writes start on a block boundary) and rewritten
+    /// with the same bytes by the next write, so the recorded bytes stay on disk at every
+    /// instant, however often the process is killed while resuming.
     pub fn reopen(path: &Path, len: u64, block: usize) -> io::Result<OutputFile> {
         use std::os::unix::fs::FileExt;
         let block = block.max(1).next_multiple_of(ALIGN);
         let aligned = len / ALIGN as u64 * ALIGN as u64;
+        let (mut file, direct) = open(path, false, direct_io())?;
+        let size = file.metadata()?.len();
+        if size < len {
+            return Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                format!("{size} bytes where {len} were recorded"),
+            ));
+        }
         let mut tail = vec![0u8; (len - aligned) as usize];
-        File::open(path)?.read_exact_at(&mut tail, aligned)?;
-        let (mut file, direct) = open(path, false)?;
-        file.set_len(aligned)?;
+        let mut read = super::nofollow::options(0);
+        read.read(true);
+        super::nofollow::open(&read, path)?.read_exact_at(&mut tail, aligned)?;
+        file.set_len(len)?;
         file.seek(SeekFrom::Start(aligned))?;
         let mut out = Self::with_file(file, direct, block, aligned)?;
         out.buffer[out.start..out.start + tail.len()].copy_from_slice(&tail);
         out.len = tail.len();
+        out.high = len;
         Ok(out)
     }
 
@@ -325,33 +339,51 @@ const EINVAL: i32 = libc::EINVAL;
 #[cfg(not(target_os = "linux"))]
 const EINVAL: i32 = 22;
 
-/// Opens `path` for direct writes where the filesystem allows it; says whether it did.
+/// Whether output files may bypass the page cache: not with `CHATSHARDS_DIRECT_IO=0`.
+fn direct_io() -> bool {
+    static DIRECT: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *DIRECT.get_or_init(|| {
+        let value = std::env::var("CHATSHARDS_DIRECT_IO");
+        !matches!(value.as_deref().map(str::trim), Ok("0" | "false"))
+    })
+}
+
+/// Opens `path` for writing, with direct writes if `direct` and the filesystem allows them;
+/// says whether it did.
 #[cfg(target_os = "linux")]
-fn open(path: &Path, truncate: bool) -> io::Result<(File, bool)> {
-    use std::os::unix::fs::OpenOptionsExt;
-    let mut options = std::fs::OpenOptions::new();
-    options.write(true).create(true).truncate(truncate);
-    match options.clone().custom_flags(libc::O_DIRECT).open(path) {
+fn open(path: &Path, truncate: bool, direct: bool) -> io::Result<(File, bool)> {
+    use super::nofollow;
+    let with = |flags| {
+        let mut options = nofollow::options(flags);
+        options.write(true).create(true).truncate(truncate);
+        options
+    };
+    if !direct {
+        return Ok((nofollow::open(&with(0), path)?, false));
+    }
+    match nofollow::open(&with(libc::O_DIRECT), path) {
         Ok(file) => Ok((file, true)),
-        Err(e) if e.raw_os_error() == Some(libc::EINVAL) => Ok((options.open(path)?, false)),
+        Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
+            Ok((nofollow::open(&with(0), path)?, false))
+        }
         Err(e) => Err(e),
     }
 }
 
 #[cfg(not(target_os = "linux"))]
-fn open(path: &Path, truncate: bool) -> io::Result<(File, bool)> {
-    let file = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(truncate)
-        .open(path)?;
-    Ok((file, false))
+fn open(path: &Path, truncate: bool, _direct: bool) -> io::Result<(File, bool)> {
+    let mut options = super::nofollow::options(0);
+    options.write(true).create(true).truncate(truncate);
+    Ok((super::nofollow::open(&options, path)?, false))
 }
 
 /// Opens `path` for direct reads where the filesystem allows it; says whether it did.
 #[cfg(target_os = "linux")]
 fn open_read(path: &Path) -> io::Result<(File, bool)> {
     use std::os::unix::fs::OpenOptionsExt;
+    if !direct_io() {
+        return Ok((File::open(path)?, false));
+    }
     match std::fs::OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_DIRECT)
@@ -486,6 +518,22 @@ mod tests {
                 assert_eq!(f.sync_point().expect("sync point"), at);
                 f.write_all(&bytes(BLOCK + 17, 99)).expect("write junk");
                 std::mem::forget(f);
+                // Killed again right after each reopen, and again after a little more
+                // writing: the recorded bytes are on disk every time.
+                for _ in 0..2 {
+                    let f = OutputFile::reopen(&path, at, BLOCK).expect("reopen");
+                    std::mem::forget(f);
+                    let got = std::fs::read(&path).expect("read");
+                    assert!(got == want[..at as usize], "direct {direct}, piece {i}");
+                }
+                let mut f = OutputFile::reopen(&path, at, BLOCK).expect("reopen");
+                f.write_all(&bytes(ALIGN + 5, 98)).expect("write junk");
+                std::mem::forget(f);
+                let got = std::fs::read(&path).expect("read");
+                assert!(
+                    got[..at as usize] == want[..at as usize],
+                    "direct {direct}, piece {i}"
+                );
                 let mut f = OutputFile::reopen(&path, at, BLOCK).expect("reopen");
                 for p in &pieces[i + 1..] {
                     f.write_all(p).expect("write");
@@ -542,6 +590,10 @@ mod tests {
                 buffer = back.into_buffer();
             }
         }
+        // A file shorter than its recorded length is refused by name of the lengths.
+        std::fs::write(&path, b"abc").expect("write");
+        let err = OutputFile::reopen(&path, 4, 8192).err().expect("too short");
+        assert_eq!(err.to_string(), "3 bytes where 4 were recorded");
         // Fewer bytes on disk than asked for is an error, not a short read.
         std::fs::write(&path, b"abc").expect("write");
         let err = read_prefix(&path, 4, buffer).err().expect("too short");

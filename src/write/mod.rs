@@ -9,6 +9,7 @@ pub mod derived;
 mod direct;
 pub mod identity;
 pub mod manifest;
+pub mod nofollow;
 pub mod output;
 mod shard;
 mod shards;
@@ -93,7 +94,7 @@ pub fn reopen_side_output(
     len: u64,
 ) -> std::io::Result<std::io::BufWriter<std::fs::File>> {
     use std::io::Seek;
-    let mut file = std::fs::OpenOptions::new().write(true).open(path)?;
+    let mut file = nofollow::open(nofollow::options(0).write(true), path)?;
     if file.metadata()?.len() < len {
         return Err(std::io::Error::new(
             std::io::ErrorKind::UnexpectedEof,
@@ -122,7 +123,7 @@ pub fn copy_without_ranges(
         return Ok(());
     }
     let mut input = BufReader::with_capacity(1 << 20, std::fs::File::open(from)?);
-    let mut out = BufWriter::with_capacity(1 << 20, std::fs::File::create(to)?);
+    let mut out = BufWriter::with_capacity(1 << 20, nofollow::create(to)?);
     let mut at = 0u64;
     for &(start, len) in ranges {
         let keep = start.saturating_sub(at);

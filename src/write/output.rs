@@ -34,7 +34,10 @@
 //!   (SIGINT / SIGTERM) once a pass is recorded leaves `DIR.partial` in place, and the next build
 //!   of the same pipeline and inputs goes on from it; a build of something else refuses, naming
 //!   what changed, until it is run with `--fresh` (which discards it). `.work/` is moved out
-//!   of the staging directory just before the swap, so it is never part of an output.
+//!   of the staging directory just before the swap, so it is never part of an output. A build
+//!   killed after its dataset was finished (every file synced, the manifest's hash recorded
+//!   in the working files) but before the swap leaves a dataset that the next build of the
+//!   same pipeline and inputs swaps in as it is, without building it again.
 //! - **Clean failure.** On any error and on a panic the staging directory is removed
 //!   ([`discard_staging`]); an error is not resumed (fix its cause and build again).
 
@@ -72,6 +75,10 @@ pub const SPILL: &str = "spill";
 pub const JOURNAL: &str = "journal";
 /// `conversations.jsonl` as the passes write it, in the working files.
 pub const CONVERSATIONS: &str = "conversations.jsonl";
+/// In the working files: the SHA-256 of the finished dataset's `manifest.json`, written (after
+/// every output file is on disk) just before the swap, so that a build killed before the swap
+/// is finished by the next one instead of built again.
+const FINISHED: &str = "finished";
 /// The name of the spill directory of earlier versions, cleared like the rest.
 const OLD_SPILL_DIR: &str = ".spill";
 
@@ -447,6 +454,10 @@ pub struct Output {
     _lock: fs::File,
     committed: bool,
     resumed: bool,
+    /// The staging directory holds an interrupted build's finished dataset, only to be swapped.
+    finished: bool,
+    /// Set when an interrupted build's state cannot be gone on from: kept, not removed.
+    keep: std::sync::atomic::AtomicBool,
 }
 
 impl Output {
@@ -462,6 +473,20 @@ impl Output {
         let lock = lock(&dir)?;
         let staging = sibling(&dir, "partial");
         let aside = sibling(&dir, "old");
+        let done = sibling(&dir, "work-done");
+        // The directories a build writes into or removes are never reached through a link.
+        let work = staging.join(WORK_DIR);
+        for path in [
+            &staging,
+            &aside,
+            &done,
+            &work,
+            &work.join(SPILL),
+            &work.join(JOURNAL),
+        ] {
+            super::nofollow::real_dir(path)
+                .with_context(|| format!("`{}` is in the way", path.display()))?;
+        }
         // A build killed between the two renames of the fallback replacement: put the old
         // output back, or remove a copy that was already replaced.
         if fs::symlink_metadata(&aside).is_ok() {
@@ -480,11 +505,11 @@ impl Output {
         }
         // Checked again under the lock: another build may have finished meanwhile.
         inspect(&dir)?;
-        let done = sibling(&dir, "work-done");
-        if fs::symlink_metadata(&done).is_ok() {
+        let finished = finished_staging(&staging, &[&work, &done], &resume);
+        if finished.as_deref() != Some(done.as_path()) && fs::symlink_metadata(&done).is_ok() {
             remove_work_files(&done)?;
         }
-        let resumed = clear_stale_staging(&staging, &resume)?;
+        let resumed = finished.is_some() || clear_stale_staging(&staging, &resume)?;
         install_signal_cleanup()?;
         let mut registered = STAGING.lock().unwrap_or_else(|e| e.into_inner());
         if !resumed {
@@ -499,6 +524,8 @@ impl Output {
             _lock: lock,
             committed: false,
             resumed,
+            finished: finished.is_some(),
+            keep: std::sync::atomic::AtomicBool::new(false),
         })
     }
 
@@ -522,6 +549,20 @@ impl Output {
         self.resumed
     }
 
+    /// Whether the staging directory holds an interrupted build's finished dataset, for this
+    /// build (same pipeline and inputs), to be put in place with [`Output::commit`] as it is.
+    pub fn finished(&self) -> bool {
+        self.finished
+    }
+
+    /// Leaves the staging directory in place when this build fails (an interrupted build's
+    /// recorded passes that this one could not go on from).
+    pub fn keep_staging(&self) {
+        self.keep.store(true, std::sync::atomic::Ordering::Relaxed);
+        let mut registered = STAGING.lock().unwrap_or_else(|e| e.into_inner());
+        *registered = None;
+    }
+
     /// Keeps the rejects of a build that is about to fail (no row kept, say) beside the
     /// output as `DIR.rejects.jsonl`, since they are the whole answer then. Returns the path.
     pub fn keep_rejects(&self) -> Result<PathBuf> {
@@ -540,6 +581,9 @@ impl Output {
         let work = self.staging.join(WORK_DIR);
         let done = sibling(&self.dir, "work-done");
         if fs::symlink_metadata(&work).is_ok() {
+            if !self.finished {
+                mark_finished(&self.staging, &work)?;
+            }
             fs::rename(&work, &done)
                 .with_context(|| format!("failed to move `{}` aside", work.display()))?;
         }
@@ -579,7 +623,7 @@ impl Output {
         }
         // A stale rejects file of an earlier failed build is misleading now.
         let stale = sibling(&self.dir, "rejects.jsonl");
-        if stale.is_file() {
+        if fs::symlink_metadata(&stale).is_ok_and(|m| m.is_file()) {
             fs::remove_file(&stale).ok();
         }
         if let Some(old) = replaced {
@@ -598,7 +642,7 @@ impl Output {
 
 impl Drop for Output {
     fn drop(&mut self) {
-        if self.committed {
+        if self.committed || self.keep.load(std::sync::atomic::Ordering::Relaxed) {
             return;
         }
         let mut registered = STAGING.lock().unwrap_or_else(|e| e.into_inner());
@@ -610,12 +654,9 @@ impl Drop for Output {
 /// Takes the build lock on `DIR.lock`, or says who holds it.
 fn lock(dir: &Path) -> Result<fs::File> {
     let path = sibling(dir, "lock");
-    let mut file = fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .open(&path)
+    let mut options = super::nofollow::options(0);
+    options.read(true).write(true).create(true).truncate(false);
+    let mut file = super::nofollow::open(&options, &path)
         .with_context(|| format!("failed to open the lock file `{}`", path.display()))?;
     match file.try_lock() {
         Ok(()) => {}
@@ -649,14 +690,65 @@ fn has_recorded_pass(staging: &Path) -> bool {
         || fs::metadata(journal.join("pass-000000.tmp")).is_ok_and(|m| m.len() > 0)
 }
 
+/// Makes every file of the finished dataset in `staging` durable, then records the hash of its
+/// manifest in `work` ([`FINISHED`]): from then on the next build swaps it in as it is.
+fn mark_finished(staging: &Path, work: &Path) -> Result<()> {
+    use sha2::{Digest, Sha256};
+    let failed = |p: &Path| format!("failed to sync `{}`", p.display());
+    for (name, kind) in entries(staging)? {
+        if kind.is_file() {
+            let path = staging.join(name);
+            fs::File::open(&path)
+                .and_then(|f| f.sync_all())
+                .with_context(|| failed(&path))?;
+        }
+    }
+    fs::File::open(staging)
+        .and_then(|d| d.sync_all())
+        .with_context(|| failed(staging))?;
+    let path = staging.join("manifest.json");
+    let manifest =
+        fs::read(&path).with_context(|| format!("failed to read `{}`", path.display()))?;
+    let marker = work.join(FINISHED);
+    let written = super::nofollow::create(&marker).and_then(|mut f| {
+        f.write_all(hex::encode(Sha256::digest(&manifest)).as_bytes())?;
+        f.sync_all()
+    });
+    written.with_context(|| format!("failed to write `{}`", marker.display()))
+}
+
+/// Which of `works` (the staging directory's working files, or those moved aside for the
+/// swap) says that `staging` holds a finished dataset of this build: a [`FINISHED`] hash equal
+/// to the hash of `staging`'s manifest, a journal with this build's key, and every shard the
+/// manifest lists in place. `None` if none does (then the usual resume rules apply).
+fn finished_staging(staging: &Path, works: &[&Path], resume: &Resume) -> Option<PathBuf> {
+    use sha2::{Digest, Sha256};
+    let Resume::IfSame(key) = resume else {
+        return None;
+    };
+    let manifest = fs::read(staging.join("manifest.json")).ok()?;
+    let hash = hex::encode(Sha256::digest(&manifest));
+    let shards = read_manifest(staging).ok()?.shards;
+    let whole = shards
+        .iter()
+        .all(|s| fs::symlink_metadata(staging.join(&s.file)).is_ok_and(|m| m.is_file()));
+    if !whole {
+        return None;
+    }
+    works.iter().find_map(|work| {
+        let marker = fs::read_to_string(work.join(FINISHED)).ok()?;
+        let then = Journal::key_in(&work.join(JOURNAL))?;
+        (marker.trim() == hash && then.differences(key).is_empty()).then(|| work.to_path_buf())
+    })
+}
+
 /// Removes the working files a finished build moved aside (`DIR.work-done`), checking that
 /// they are nothing else.
 fn remove_work_files(done: &Path) -> Result<()> {
     let names = entries(done)?;
-    if !names
-        .iter()
-        .all(|(n, kind)| (kind.is_dir() && (n == SPILL || n == JOURNAL)) || n == CONVERSATIONS)
-    {
+    if !names.iter().all(|(n, kind)| {
+        (kind.is_dir() && (n == SPILL || n == JOURNAL)) || n == CONVERSATIONS || n == FINISHED
+    }) {
         bail!(
             "`{}` is in the way: it holds {} that a chatshards build did not write. Move it away",
             done.display(),
