@@ -11,6 +11,7 @@ pub mod conversation;
 pub mod curate;
 pub mod engine;
 pub mod hub;
+pub mod model;
 pub mod plan;
 pub mod printer;
 pub mod progress;
