@@ -2,6 +2,7 @@
 //! counts. Nothing here depends on another module of the crate, so any stage may use it
 //! without joining a dependency cycle.
 
+pub mod digest;
 pub mod settings;
 
 pub use settings::LengthPolicy;
