@@ -4,5 +4,6 @@
 
 pub mod digest;
 pub mod settings;
+pub mod stats;
 
 pub use settings::LengthPolicy;
