@@ -1,7 +1,9 @@
 //! The build engine: the passes over a plan's sources ([`run`]), the per-row path through
-//! render, tokenize and mask ([`row_path`]), the build journal that lets a killed build resume
-//! ([`journal`]) and the partitioned scan with its merge ([`partition`]).
+//! render, tokenize and mask ([`row_path`]), curation's per-row steps ([`curator`]), the build
+//! journal that lets a killed build resume ([`journal`]) and the partitioned scan with its merge
+//! ([`partition`]).
 
+pub mod curator;
 pub mod journal;
 pub mod partition;
 pub mod row_path;
