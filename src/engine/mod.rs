@@ -5,6 +5,7 @@
 
 pub mod curator;
 pub mod journal;
+pub mod output;
 pub mod partition;
 pub mod row_path;
 pub mod run;

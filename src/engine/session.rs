@@ -85,14 +85,14 @@ fn build(
         None => None,
     };
     let resume = if args.fresh {
-        write::output::Resume::Fresh
+        engine::output::Resume::Fresh
     } else {
-        write::output::Resume::IfSame(&key)
+        engine::output::Resume::IfSame(&key)
     };
-    let output = write::output::Output::prepare(out, &placement(plan), resume)?;
+    let output = engine::output::Output::prepare(out, &placement(plan), resume)?;
     let staging = output.staging().to_owned();
     let work_dir = output.work_dir();
-    let journal_dir = work_dir.join(write::output::JOURNAL);
+    let journal_dir = work_dir.join(engine::output::JOURNAL);
     let mut journal = Journal::open(&journal_dir, &key, segment_rows()?)?;
     let restored = journal.positions()?;
     if restored.is_some() {
@@ -121,11 +121,11 @@ fn build(
         .build()
         .context("failed to start the thread pool")?;
     let progress = BuildProgress::new(printer, plan)?;
-    let spill_dir = work_dir.join(write::output::SPILL);
+    let spill_dir = work_dir.join(engine::output::SPILL);
     let rejects_path = staging.join("rejects.jsonl");
     let filtered_path = staging.join("filtered.jsonl");
     // Hundreds of MB for a large build, never read back: written around the page cache.
-    let path = work_dir.join(write::output::CONVERSATIONS);
+    let path = work_dir.join(engine::output::CONVERSATIONS);
     let resumed = |p: &Path| format!("failed to resume `{}`", p.display());
     if restored.is_none() && spill_dir.exists() {
         // Nothing recorded to go on from: what an interrupted build spilled goes.
@@ -390,9 +390,9 @@ pub fn processor(plan: &Plan) -> Result<(RowProcessor, BackendReport)> {
 }
 
 /// What the output directory must stay clear of: the pipeline and every file it reads.
-fn placement(plan: &Plan) -> write::output::Placement<'_> {
+fn placement(plan: &Plan) -> engine::output::Placement<'_> {
     let sources = plan.sources.iter().flat_map(|s| s.files.iter());
-    write::output::Placement {
+    engine::output::Placement {
         pipeline: &plan.path,
         inputs: sources
             .chain([&plan.tokenizer_path, &plan.template.path])

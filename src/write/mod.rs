@@ -8,7 +8,6 @@ mod dataset;
 mod direct;
 pub mod identity;
 pub mod manifest;
-pub mod output;
 mod shard;
 mod shards;
 mod spill;

@@ -45,7 +45,7 @@ use std::io::Write;
 use std::path::{Component, Path, PathBuf};
 use std::sync::Mutex;
 
-use crate::engine::journal::{Journal, ResumeKey};
+use super::journal::{Journal, ResumeKey};
 
 /// Every fixed file name a build writes into its output directory, besides the shards the
 /// manifest lists. A new output file is one more line here (and then recognized and replaced).
@@ -131,7 +131,7 @@ enum Existing {
     Output,
 }
 
-/// Whether `name` is a shard file name as [`super::shard_name`] writes it.
+/// Whether `name` is a shard file name as [`crate::write::shard_name`] writes it.
 fn is_shard_name(name: &str) -> bool {
     let Some(rest) = name
         .strip_prefix("data-")
@@ -762,7 +762,7 @@ mod tests {
     #[test]
     fn shard_names_are_recognized_exactly() {
         assert!(is_shard_name("data-00000-of-00001.arrow"));
-        assert!(is_shard_name(&super::super::shard_name(12, 100_000)));
+        assert!(is_shard_name(&crate::write::shard_name(12, 100_000)));
         for name in [
             "data-0-of-1.arrow",
             "data-00000-of-00001.arrow.bak",
