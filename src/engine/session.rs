@@ -244,7 +244,7 @@ fn build(
         };
         Ok::<_, anyhow::Error>((shards?, side?))
     })?;
-    crate::commands::stats::write_stats_files(&staging, &row_stats)?;
+    crate::report::files::write_stats_files(&staging, &row_stats)?;
     let input_files = match hashing.join() {
         Ok(files) => files?,
         Err(panic) => std::panic::resume_unwind(panic),
@@ -281,7 +281,7 @@ fn build(
     )?;
     let manifest_json = write::pretty(&serde_json::to_value(&manifest)?);
     write_file(&staging.join("manifest.json"), &manifest_json)?;
-    crate::commands::report::write_report(&staging)?;
+    crate::report::files::write_report(&staging)?;
 
     output.commit()?;
     timings.end_phase(Phase::Shards);

@@ -1,6 +1,7 @@
 //! Accounting: the per-source counters ([`SourceStats`], in [`crate::model::stats`]), the
 //! summary table printed at the end of a build; [`timings`], where its CPU time went.
 
+pub mod files;
 pub mod html;
 pub mod stats;
 pub mod timings;
