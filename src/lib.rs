@@ -14,7 +14,6 @@ pub mod hub;
 pub mod model;
 pub mod plan;
 pub mod printer;
-pub mod progress;
 pub mod read;
 pub mod reject;
 pub mod render;

@@ -4,11 +4,11 @@
 //! (and `verify --rebuild`) are this with different [`BuildArgs`].
 
 use crate::engine::journal::{InputStamp, Journal, ResumeKey};
+use crate::engine::progress::BuildProgress;
 use crate::engine::row_path::RowProcessor;
 use crate::engine::{self, Sinks};
 use crate::plan::{self, HubAccess, Plan};
 use crate::printer::Printer;
-use crate::progress::BuildProgress;
 use crate::render::Renderer;
 use crate::report::stats::DatasetStats;
 use crate::report::timings::{Phase, Timings};

@@ -13,7 +13,7 @@
 //! work rows are done, and before that taken as [`WORK_PER_SCAN_ROW`] times the scan's time
 //! per row. The percent shown is the time spent over the time spent plus the ETA.
 
-use crate::engine::{Pass, Progress};
+use super::{Pass, Progress};
 use crate::plan::Plan;
 use crate::printer::Printer;
 use crate::read::{file_size, FileSize};
