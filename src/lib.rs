@@ -3,6 +3,18 @@
 //!
 //! Stages, one module each: [`plan`] → [`read`] → [`adapt`] → [`validate`] → [`curate`] →
 //! [`render`] → [`tokenize`] → [`write`], driven by [`engine`], accounted in [`report`].
+//!
+//! Layers, top to bottom; a module names only modules below it (no dependency cycle, checked
+//! by `tests/structure.rs`):
+//! 1. [`commands`] (one per subcommand) and [`cli`]: glue that drives the engine.
+//! 2. [`engine`]: a build from start to end (output directory, journal, passes, per-row path,
+//!    curation's per-row steps, partitions, progress).
+//! 3. [`plan`] (the checked pipeline, built from the stages' configs); [`write`] (shards,
+//!    manifest, identity) over [`report`] (accounting, statistics files, `report.html`).
+//! 4. The stages: [`curate`], [`validate`] over [`adapt`] over [`read`], [`tokenize`] over
+//!    [`render`], and [`hub`] (the Hugging Face Hub cache).
+//! 5. Below every stage: [`model`] (types and helpers the stages share), [`conversation`],
+//!    [`reject`] (row outcomes), [`printer`].
 
 pub mod adapt;
 pub mod cli;
@@ -12,9 +24,9 @@ pub mod curate;
 pub mod engine;
 pub mod frames;
 pub mod hub;
+pub mod model;
 pub mod plan;
 pub mod printer;
-pub mod progress;
 pub mod read;
 pub mod reject;
 pub mod render;

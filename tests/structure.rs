@@ -1,28 +1,12 @@
 //! The crate's module structure: which top-level modules of `src/` depend on each other
 //! (through `crate::` paths outside `#[cfg(test)]` code), and the dependency cycles among them.
 //!
-//! A cycle means that no module in it can be understood, tested or moved without the others.
-//! The set of modules caught in cycles may only shrink: `CYCLE_BUDGET` lists the ones still
-//! caught today, and the test fails when a module joins a cycle (or when one leaves: then
-//! remove it from the list, so the gain is kept).
+//! A cycle means that no module in it can be understood, tested or moved without the others,
+//! so there is none: the layers (see the crate's documentation) only look down. A type two
+//! stages share goes below both (`src/model/`), not into one of them.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
-
-/// Top-level modules that are still part of a dependency cycle. Remove names as cycles break.
-const CYCLE_BUDGET: &[&str] = &[
-    "curate",
-    "hub",
-    "journal",
-    "partition",
-    "pipeline",
-    "plan",
-    "process",
-    "render",
-    "report",
-    "tokenize",
-    "write",
-];
 
 fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
     for entry in std::fs::read_dir(dir).expect("read src") {
@@ -198,25 +182,19 @@ fn cycles_finds_every_strongly_connected_component() {
 }
 
 #[test]
-fn modules_in_dependency_cycles_only_decrease() {
+fn no_module_level_dependency_cycle() {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
     let graph = module_graph(&src);
+    // The graph is read, not empty: the engine names the stages it drives.
+    assert!(graph["engine"].contains("render"), "{graph:?}");
     let found = cycles(&graph);
-    let caught: BTreeSet<String> = found.iter().flatten().cloned().collect();
-    let budget: BTreeSet<String> = CYCLE_BUDGET.iter().map(|s| s.to_string()).collect();
     let report = found
         .iter()
         .map(|c| c.iter().cloned().collect::<Vec<_>>().join(" "))
         .collect::<Vec<_>>()
         .join("\n  ");
-    let joined: Vec<&String> = caught.difference(&budget).collect();
     assert!(
-        joined.is_empty(),
-        "modules joined a dependency cycle: {joined:?}\ncycles now:\n  {report}"
-    );
-    let left: Vec<&String> = budget.difference(&caught).collect();
-    assert!(
-        left.is_empty(),
-        "modules left every cycle (good): remove {left:?} from CYCLE_BUDGET\ncycles now:\n  {report}"
+        found.is_empty(),
+        "top-level modules in a dependency cycle (move the shared piece below them):\n  {report}"
     );
 }

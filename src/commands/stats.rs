@@ -1,54 +1,11 @@
 //! `chatshards stats DIR`: the dataset's summary in the terminal (the numbers of report.html),
 //! and the files a build writes with it: `stats.json`, `token_freq.pt`, `token_freq_all.pt`.
 
-use crate::report::stats::{DatasetStats, HistogramSummary, StatsFile};
-use crate::report::token_freq;
+pub use crate::report::files::{load, write_stats_files, STATS, TOKEN_FREQ, TOKEN_FREQ_ALL};
+use crate::report::stats::{HistogramSummary, StatsFile};
 use anyhow::{Context, Result};
 use serde_json::{json, Map, Value};
 use std::path::Path;
-
-/// Token counts over supervised positions, in speculators' format and under its file name.
-pub const TOKEN_FREQ: &str = "token_freq.pt";
-/// The same over every position.
-pub const TOKEN_FREQ_ALL: &str = "token_freq_all.pt";
-pub const STATS: &str = "stats.json";
-
-/// Writes `stats.json` and the two token-frequency files into a dataset directory.
-pub fn write_stats_files(dir: &Path, stats: &DatasetStats) -> Result<()> {
-    let path = dir.join(STATS);
-    let text = crate::write::pretty(&serde_json::to_value(stats.file())?);
-    crate::write::nofollow::write(&path, text.as_bytes())
-        .with_context(|| format!("failed to write `{}`", path.display()))?;
-    token_freq::write_pt(&dir.join(TOKEN_FREQ), stats.token_freq_supervised())?;
-    token_freq::write_pt(&dir.join(TOKEN_FREQ_ALL), stats.token_freq_all())?;
-    Ok(())
-}
-
-/// Reads `manifest.json` (as JSON, so fields added later show up) and `stats.json`, if any.
-pub fn load(dir: &Path) -> Result<(Value, Option<StatsFile>)> {
-    let path = dir.join("manifest.json");
-    let text = std::fs::read_to_string(&path).with_context(|| {
-        format!(
-            "failed to read `{}`: is `{}` a chatshards dataset?",
-            path.display(),
-            dir.display()
-        )
-    })?;
-    let manifest: Value = serde_json::from_str(&text)
-        .with_context(|| format!("`{}` is not valid JSON", path.display()))?;
-    let path = dir.join(STATS);
-    let stats =
-        if path.exists() {
-            let text = std::fs::read_to_string(&path)
-                .with_context(|| format!("failed to read `{}`", path.display()))?;
-            Some(serde_json::from_str(&text).with_context(|| {
-                format!("`{}` is not a stats file of this version", path.display())
-            })?)
-        } else {
-            None
-        };
-    Ok((manifest, stats))
-}
 
 /// A number from the manifest (0 when absent).
 pub fn num(v: &Value, key: &str) -> u64 {

@@ -15,8 +15,8 @@
 use super::exact::{ExactIndex, Fingerprint};
 use super::near_dup::NearDupIndex;
 use super::select::{self, AllocError, Allocation, MixConfig, Sample, Supply};
+use crate::model::stats::SourceStats;
 use crate::reject::{Reject, RejectReason, Repair};
-use crate::report::SourceStats;
 use std::collections::BTreeMap;
 
 /// A row that survived every step before rendering, at its position.

@@ -10,7 +10,7 @@
 //! 4. [`decontaminate`]: rows sharing an n-gram with a benchmark item.
 //! 5. [`select`]: `take` and `mix` over the surviving rows, by seeded selection keys.
 //!
-//! [`row`] runs the per-row steps on the pool; [`ledger`] keeps one compact record per row and
+//! The engine's `curator` runs the per-row steps on the pool; [`ledger`] keeps one compact record per row and
 //! makes the decisions across rows (dedup survivors, near-duplicate groups, selection) and the
 //! accounting. [`language`] is the `language` filter's detector. [`text`] holds the text scopes and the normalization the steps share. Every persisted or
 //! order-deciding hash is xxh3-64 with an explicit seed or SHA-256.
@@ -21,7 +21,6 @@ pub mod filters;
 pub mod language;
 pub mod ledger;
 pub mod near_dup;
-pub mod row;
 pub mod select;
 pub mod text;
 

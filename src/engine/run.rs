@@ -15,8 +15,8 @@ use crate::curate::filters::Dropped;
 use crate::curate::ledger::{
     KeptWork, Ledger, RowNote, Scanned, Settled, SourceSelection, Wanted, Work,
 };
-use crate::curate::row::Curator;
 use crate::curate::select::AllocError;
+use crate::engine::curator::Curator;
 use crate::engine::journal::{Journal, JournalError, PassKind, Positions, Recorder, RowEvent};
 use crate::engine::partition::{PartError, PartWriter, Parts};
 use crate::engine::row_path::{Outcome, RowProcessor, SpotChecks, Tokenized};

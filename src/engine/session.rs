@@ -4,11 +4,11 @@
 //! (and `verify --rebuild`) are this with different [`BuildArgs`].
 
 use crate::engine::journal::{InputStamp, Journal, ResumeKey};
+use crate::engine::progress::BuildProgress;
 use crate::engine::row_path::RowProcessor;
 use crate::engine::{self, Sinks};
 use crate::plan::{self, HubAccess, Plan};
 use crate::printer::Printer;
-use crate::progress::BuildProgress;
 use crate::render::Renderer;
 use crate::report::stats::DatasetStats;
 use crate::report::timings::{Phase, Timings};
@@ -126,17 +126,17 @@ fn build(
         None => None,
     };
     let resume = if args.fresh {
-        write::output::Resume::Fresh
+        engine::output::Resume::Fresh
     } else {
-        write::output::Resume::IfSame(&key)
+        engine::output::Resume::IfSame(&key)
     };
-    let output = write::output::Output::prepare(out, &placement(plan), resume)?;
+    let output = engine::output::Output::prepare(out, &placement(plan), resume)?;
     let staging = output.staging().to_owned();
     if output.finished() {
         return swap_finished(output, printer);
     }
     let work_dir = output.work_dir();
-    let journal_dir = work_dir.join(write::output::JOURNAL);
+    let journal_dir = work_dir.join(engine::output::JOURNAL);
     // An interrupted build that cannot be gone on from is kept as it is and the build refused:
     // its recorded passes are never deleted unasked.
     let unreadable = |e: anyhow::Error| {
@@ -173,11 +173,11 @@ fn build(
         None => "renderer: minijinja".to_owned(),
     });
     let progress = BuildProgress::new(printer, plan)?;
-    let spill_dir = work_dir.join(write::output::SPILL);
+    let spill_dir = work_dir.join(engine::output::SPILL);
     let rejects_path = staging.join("rejects.jsonl");
     let filtered_path = staging.join("filtered.jsonl");
     // Hundreds of MB for a large build, never read back: written around the page cache.
-    let path = work_dir.join(write::output::CONVERSATIONS);
+    let path = work_dir.join(engine::output::CONVERSATIONS);
     let resumed = |p: &Path| format!("failed to resume `{}`", p.display());
     if restored.is_none() && spill_dir.exists() {
         // Nothing recorded to go on from: what an interrupted build spilled goes.
@@ -330,7 +330,7 @@ fn build(
         Ok::<_, anyhow::Error>((shards, side?))
     })?;
     progress.finish();
-    crate::commands::stats::write_stats_files(&staging, &row_stats)?;
+    crate::report::files::write_stats_files(&staging, &row_stats)?;
 
     let shard_files: Vec<String> = shards.iter().map(|s| s.file.clone()).collect();
     let dataset_sha256 = identity::dataset_sha256(shards.iter().map(|s| s.sha256.as_str()));
@@ -363,7 +363,7 @@ fn build(
     )?;
     let manifest_json = write::pretty(&write::manifest::sealed(serde_json::to_value(&manifest)?));
     write_file(&staging.join("manifest.json"), &manifest_json)?;
-    crate::commands::report::write_report(&staging)?;
+    crate::report::files::write_report(&staging)?;
 
     output.commit()?;
     timings.end_phase(Phase::Shards);
@@ -392,7 +392,7 @@ fn build(
 }
 
 /// Puts in place the dataset an interrupted build finished but did not swap in.
-fn swap_finished(output: write::output::Output, printer: &Printer) -> Result<()> {
+fn swap_finished(output: engine::output::Output, printer: &Printer) -> Result<()> {
     let path = output.staging().join("manifest.json");
     let manifest: serde_json::Value = fs::read(&path)
         .ok()
@@ -502,9 +502,9 @@ pub fn processor(plan: &Plan) -> Result<(RowProcessor, BackendReport)> {
 }
 
 /// What the output directory must stay clear of: the pipeline and every file it reads.
-fn placement(plan: &Plan) -> write::output::Placement<'_> {
+fn placement(plan: &Plan) -> engine::output::Placement<'_> {
     let sources = plan.sources.iter().flat_map(|s| s.files.iter());
-    write::output::Placement {
+    engine::output::Placement {
         pipeline: &plan.path,
         inputs: sources
             .chain([&plan.tokenizer_path, &plan.template.path])

@@ -394,7 +394,7 @@ impl Lockfile {
 
 /// Canonical JSON of template variables (keys sorted), as the lockfile records them.
 pub fn kwargs_json(kwargs: &serde_json::Map<String, serde_json::Value>) -> String {
-    crate::write::identity::canonical_json(&serde_json::Value::Object(kwargs.clone()))
+    crate::model::digest::canonical_json(&serde_json::Value::Object(kwargs.clone()))
 }
 
 fn is_sha256(text: &str) -> bool {

@@ -2,6 +2,8 @@
 //! no later stage sees these types.
 
 use crate::hub::HubEntry;
+pub use crate::model::LengthPolicy;
+pub use crate::render::RenderPolicy;
 use serde::de::{self, Deserializer, Visitor};
 use serde::Deserialize;
 use std::collections::BTreeMap;
@@ -128,34 +130,6 @@ pub struct RenderConfig {
     /// `None` when not written: `expand`, or what `mask.preset` sets.
     #[serde(default)]
     pub policy: Option<RenderPolicy>,
-}
-
-/// Which assistant turns are supervised, and how many rows a conversation yields.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, serde::Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum RenderPolicy {
-    /// Render once; supervise every assistant turn (history turns as the template renders them).
-    All,
-    /// Render once; supervise only the assistant turns after the last user query.
-    Last,
-    /// One row per user query: the conversation up to that query's last assistant turn,
-    /// rendered as inference sees it, supervising that query's assistant turns. Equal to `all`
-    /// for single-query conversations (agentic data), so those never multiply.
-    #[default]
-    Expand,
-    /// One row per assistant turn (speculators 0.9's render-boundary rows): the conversation up
-    /// to that turn, rendered as inference sees it, supervising that turn only.
-    Turns,
-}
-
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, serde::Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum LengthPolicy {
-    /// Drop rows longer than `max_tokens`.
-    #[default]
-    Drop,
-    /// Cut at the end of the last assistant turn that fits; drop if none fits.
-    Truncate,
 }
 
 #[derive(Debug, Deserialize)]

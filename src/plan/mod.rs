@@ -7,6 +7,7 @@ mod inputs;
 pub mod paths;
 mod suggest;
 
+pub use crate::model::digest::sha256_hex;
 pub use inputs::{local_files, template_kwargs, HubAccess, InputFile, UsedLock};
 
 use crate::adapt::{
@@ -17,7 +18,6 @@ use config::{
     ColumnsConfig, FormatName, LengthPolicy, PipelineConfig, RenderPolicy, SourceConfig,
     TagsConfig, Take,
 };
-use sha2::{Digest, Sha256};
 use std::path::{Path, PathBuf};
 
 /// A checked pipeline, ready to run. Later stages take only this.
@@ -634,8 +634,4 @@ fn unused_tags(tags: &TagsConfig, unused: &mut impl FnMut(&str, bool)) {
     .iter()
     .any(|v| v.is_some());
     unused("tags", any);
-}
-
-pub fn sha256_hex(bytes: &[u8]) -> String {
-    hex::encode(Sha256::digest(bytes))
 }

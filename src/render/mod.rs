@@ -17,7 +17,7 @@ mod native;
 mod policy;
 mod pycompat;
 
-pub use policy::{plan_rows, RowSpec};
+pub use policy::{plan_rows, RenderPolicy, RowSpec};
 
 use crate::conversation::Conversation;
 use minijinja::value::{Kwargs, Value};

@@ -2,8 +2,26 @@
 //! row supervises. Works on message indices only; rendering happens once per row.
 
 use crate::conversation::{Conversation, Role};
-use crate::plan::config::RenderPolicy;
+use serde::Deserialize;
 use std::ops::Range;
+
+/// Which assistant turns are supervised, and how many rows a conversation yields.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RenderPolicy {
+    /// Render once; supervise every assistant turn (history turns as the template renders them).
+    All,
+    /// Render once; supervise only the assistant turns after the last user query.
+    Last,
+    /// One row per user query: the conversation up to that query's last assistant turn,
+    /// rendered as inference sees it, supervising that query's assistant turns. Equal to `all`
+    /// for single-query conversations (agentic data), so those never multiply.
+    #[default]
+    Expand,
+    /// One row per assistant turn (speculators 0.9's render-boundary rows): the conversation up
+    /// to that turn, rendered as inference sees it, supervising that turn only.
+    Turns,
+}
 
 /// One output row: render `messages[..end]` and supervise the assistant turns whose ordinal
 /// (0-based among the rendered assistant turns) is in `supervise`.

@@ -500,7 +500,7 @@ fn mix(h: &mut String, m: &Value) {
             }
             h.push_str("</table></div>\n");
         }
-        let text = crate::write::pretty(mix);
+        let text = crate::model::digest::pretty(mix);
         let _ = writeln!(
             h,
             "<details><summary class=\"small muted\">mix section of manifest.json</summary><pre>{}</pre></details>",

@@ -2,7 +2,7 @@
 //! a token that crosses the edge of a supervised span is decided, the dtype the shards store the
 //! mask in, and presets that set all of it (and the render policy) to a peer tool's convention.
 
-use crate::plan::config::RenderPolicy;
+use crate::render::RenderPolicy;
 use serde::{Deserialize, Serialize};
 
 /// `mask:` as written in the pipeline YAML. Every field is optional; a `preset` fills in the

@@ -3,6 +3,8 @@
 use crate::tokenize::mask_config::MaskDtype;
 use serde_json::{json, Value};
 
+pub use crate::model::digest::pretty;
+
 /// The features matching [`super::schema`] column for column.
 pub fn features(mask: MaskDtype) -> Value {
     let mask = match mask {
@@ -42,12 +44,6 @@ pub fn state_json(files: &[String], fingerprint: &str) -> String {
         "_split": null
     });
     pretty(&state)
-}
-
-pub fn pretty(v: &Value) -> String {
-    let mut s = serde_json::to_string_pretty(v).unwrap_or_else(|_| v.to_string());
-    s.push('\n');
-    s
 }
 
 /// The name of shard `index` of `count`: `data-00000-of-0000N.arrow`.

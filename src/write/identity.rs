@@ -24,6 +24,8 @@
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 
+pub use crate::model::digest::canonical_json;
+
 /// Version of the encoding above.
 pub const ENCODING: u32 = 1;
 
@@ -78,7 +80,7 @@ impl Identity<'_> {
 
     /// Lowercase hex SHA-256 of the canonical text of [`Self::document`].
     pub fn build_id(&self) -> String {
-        crate::plan::sha256_hex(canonical_json(&self.document()).as_bytes())
+        crate::model::digest::sha256_hex(canonical_json(&self.document()).as_bytes())
     }
 }
 
@@ -120,26 +122,6 @@ pub fn pipeline_value(yaml: &[u8]) -> Result<Value, serde_yaml_ng::Error> {
         output.remove("dir");
     }
     Ok(value)
-}
-
-/// Compact JSON with object keys sorted at every depth.
-pub fn canonical_json(value: &Value) -> String {
-    fn sorted(value: &Value) -> Value {
-        match value {
-            Value::Object(map) => {
-                let mut keys: Vec<&String> = map.keys().collect();
-                keys.sort();
-                Value::Object(
-                    keys.into_iter()
-                        .map(|k| (k.clone(), sorted(&map[k.as_str()])))
-                        .collect(),
-                )
-            }
-            Value::Array(items) => Value::Array(items.iter().map(sorted).collect()),
-            other => other.clone(),
-        }
-    }
-    sorted(value).to_string()
 }
 
 /// `dataset_sha256`: SHA-256 of the shards' lowercase hex SHA-256s concatenated in shard

@@ -151,12 +151,12 @@ pub struct InputFile {
 #[derive(Debug, Serialize)]
 pub struct Settings {
     pub seed: u64,
-    pub render_policy: crate::plan::config::RenderPolicy,
+    pub render_policy: crate::render::RenderPolicy,
     /// Loss-mask conventions (`mask:`, presets resolved).
     pub mask: crate::tokenize::mask_config::MaskSettings,
     pub template_kwargs: serde_json::Map<String, serde_json::Value>,
     pub max_tokens: usize,
-    pub length_policy: crate::plan::config::LengthPolicy,
+    pub length_policy: crate::model::LengthPolicy,
     pub min_supervised_tokens: usize,
     /// Exact dedup key (`null`: off).
     pub dedup: Option<crate::curate::exact::DedupKey>,

@@ -10,7 +10,6 @@ mod direct;
 pub mod identity;
 pub mod manifest;
 pub mod nofollow;
-pub mod output;
 mod shard;
 mod shards;
 mod spill;

@@ -2,14 +2,14 @@
 //! MinHash bands and the benchmark check during the scan; token filters after tokenizing.
 //! Everything here is a function of one row; the decisions across rows are the ledger's.
 
-use super::decontaminate::{load_items, DecontamIndex};
-use super::exact::{fingerprint, DedupKey};
-use super::filters::{Dropped, Filters};
-use super::ledger::Scanned;
-use super::near_dup::MinHasher;
-use super::text::RowText;
+use super::row_path::Tokenized;
 use crate::conversation::Conversation;
-use crate::engine::row_path::Tokenized;
+use crate::curate::decontaminate::{load_items, DecontamIndex};
+use crate::curate::exact::{fingerprint, DedupKey};
+use crate::curate::filters::{Dropped, Filters};
+use crate::curate::ledger::Scanned;
+use crate::curate::near_dup::MinHasher;
+use crate::curate::text::RowText;
 use crate::plan::Plan;
 
 pub struct Curator<'p> {

@@ -16,7 +16,7 @@
 //! the time spent over the time spent plus the ETA, and never goes down: a later, larger
 //! estimate holds the percent until the build catches up with it.
 
-use crate::engine::{Pass, Progress};
+use super::{Pass, Progress};
 use crate::plan::Plan;
 use crate::printer::Printer;
 use crate::read::{file_size, FileSize};

@@ -48,7 +48,7 @@ use std::io::Write;
 use std::path::{Component, Path, PathBuf};
 use std::sync::Mutex;
 
-use crate::engine::journal::{Journal, ResumeKey};
+use super::journal::{Journal, ResumeKey};
 
 /// Every fixed file name a build writes into its output directory, besides the shards the
 /// manifest lists. A new output file is one more line here (and then recognized and replaced).
@@ -65,7 +65,7 @@ pub const WRITTEN_FILES: &[&str] = &[
     "token_freq.pt",
     "token_freq_all.pt",
     "report.html",
-    super::derived::RECORD,
+    crate::write::derived::RECORD,
 ];
 
 /// The working files inside the staging directory (never in a finished output): the spill
@@ -139,7 +139,7 @@ enum Existing {
     Output,
 }
 
-/// Whether `name` is a shard file name as [`super::shard_name`] writes it.
+/// Whether `name` is a shard file name as [`crate::write::shard_name`] writes it.
 fn is_shard_name(name: &str) -> bool {
     let Some(rest) = name
         .strip_prefix("data-")
@@ -229,7 +229,7 @@ fn inspect(dir: &Path) -> Result<Existing> {
             dir.display()
         )
     })?;
-    let derived = super::derived::ours(dir);
+    let derived = crate::write::derived::ours(dir);
     let ours = |name: &str| {
         WRITTEN_FILES.contains(&name)
             || manifest.shards.iter().any(|s| s.file == name)
@@ -261,7 +261,7 @@ fn inspect(dir: &Path) -> Result<Existing> {
 /// then the directory if that emptied it. Returns what was left, if anything.
 fn remove_output(dir: &Path) -> Result<Vec<String>> {
     let manifest = read_manifest(dir).ok();
-    let derived = super::derived::ours(dir);
+    let derived = crate::write::derived::ours(dir);
     let ours = |name: &str| {
         WRITTEN_FILES.contains(&name)
             || derived.iter().any(|d| d == name)
@@ -484,7 +484,7 @@ impl Output {
             &work.join(SPILL),
             &work.join(JOURNAL),
         ] {
-            super::nofollow::real_dir(path)
+            crate::write::nofollow::real_dir(path)
                 .with_context(|| format!("`{}` is in the way", path.display()))?;
         }
         // A build killed between the two renames of the fallback replacement: put the old
@@ -654,9 +654,9 @@ impl Drop for Output {
 /// Takes the build lock on `DIR.lock`, or says who holds it.
 fn lock(dir: &Path) -> Result<fs::File> {
     let path = sibling(dir, "lock");
-    let mut options = super::nofollow::options(0);
+    let mut options = crate::write::nofollow::options(0);
     options.read(true).write(true).create(true).truncate(false);
-    let mut file = super::nofollow::open(&options, &path)
+    let mut file = crate::write::nofollow::open(&options, &path)
         .with_context(|| format!("failed to open the lock file `{}`", path.display()))?;
     match file.try_lock() {
         Ok(()) => {}
@@ -710,7 +710,7 @@ fn mark_finished(staging: &Path, work: &Path) -> Result<()> {
     let manifest =
         fs::read(&path).with_context(|| format!("failed to read `{}`", path.display()))?;
     let marker = work.join(FINISHED);
-    let written = super::nofollow::create(&marker).and_then(|mut f| {
+    let written = crate::write::nofollow::create(&marker).and_then(|mut f| {
         f.write_all(hex::encode(Sha256::digest(&manifest)).as_bytes())?;
         f.sync_all()
     });
@@ -860,7 +860,7 @@ mod tests {
     #[test]
     fn shard_names_are_recognized_exactly() {
         assert!(is_shard_name("data-00000-of-00001.arrow"));
-        assert!(is_shard_name(&super::super::shard_name(12, 100_000)));
+        assert!(is_shard_name(&crate::write::shard_name(12, 100_000)));
         for name in [
             "data-0-of-1.arrow",
             "data-00000-of-00001.arrow.bak",

@@ -1,0 +1,9 @@
+//! Shared types and helpers below every stage: settings the stages read, digests, per-source
+//! counts. Nothing here depends on another module of the crate, so any stage may use it
+//! without joining a dependency cycle.
+
+pub mod digest;
+pub mod settings;
+pub mod stats;
+
+pub use settings::LengthPolicy;

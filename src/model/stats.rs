@@ -1,0 +1,117 @@
+//! Per-source counters that merge, and the identity every run must satisfy.
+
+use crate::reject::{RejectReason, Repair};
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::ops::AddAssign;
+
+/// What happened to one source's rows. Source rows are accounted, not output rows: a
+/// conversation that `expand`s into three rows is one `kept` source row and three `rows`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct SourceStats {
+    pub read: u64,
+    pub kept: u64,
+    pub rejected: BTreeMap<RejectReason, u64>,
+    /// Valid rows a rule left out, by filter name (`too_long`, `unresolved`, a named filter).
+    pub filtered: BTreeMap<String, u64>,
+    /// Exact duplicates of an earlier row (`dedup`).
+    pub deduplicated: u64,
+    /// In a near-duplicate group whose survivor is another row (`near_dup`).
+    pub near_duplicate: u64,
+    /// Sharing an n-gram with a benchmark item (`decontaminate`).
+    pub contaminated: u64,
+    /// Surviving rows that `take` or `mix` did not select.
+    pub sampled_out: u64,
+    /// Copies added by `mix.max_repeats` (output conversations beyond `kept`; not source rows).
+    pub repeated: u64,
+    /// Rows that needed a repair, by repair (a row can have several).
+    pub repaired: BTreeMap<Repair, u64>,
+    /// Output rows (after `expand`).
+    pub rows: u64,
+    pub tokens: u64,
+    pub supervised_tokens: u64,
+    /// Output rows cut at a turn boundary by `length_policy: truncate`.
+    pub truncated_rows: u64,
+    /// Output rows where a supervised span's edge fell inside a token (the header's newline
+    /// merged with content starting with whitespace), decided by `mask.boundary`.
+    pub mask_boundary_merged: u64,
+    /// Source rows whose ids were also computed with the `tokenizers` crate and matched.
+    pub encoder_checked_rows: u64,
+    /// Source rows whose native render was also made with minijinja and matched.
+    pub renderer_checked_rows: u64,
+}
+
+impl SourceStats {
+    pub fn rejected_total(&self) -> u64 {
+        self.rejected.values().sum()
+    }
+    pub fn filtered_total(&self) -> u64 {
+        self.filtered.values().sum()
+    }
+    /// `read = kept + Σ rejected + Σ filtered + deduplicated + near_duplicate + contaminated +
+    /// sampled_out`.
+    pub fn balanced(&self) -> bool {
+        self.read
+            == self.kept
+                + self.rejected_total()
+                + self.filtered_total()
+                + self.deduplicated
+                + self.near_duplicate
+                + self.contaminated
+                + self.sampled_out
+    }
+}
+
+impl AddAssign<&SourceStats> for SourceStats {
+    fn add_assign(&mut self, o: &SourceStats) {
+        self.read += o.read;
+        self.kept += o.kept;
+        for (k, v) in &o.rejected {
+            *self.rejected.entry(*k).or_default() += v;
+        }
+        for (k, v) in &o.filtered {
+            *self.filtered.entry(k.clone()).or_default() += v;
+        }
+        for (k, v) in &o.repaired {
+            *self.repaired.entry(*k).or_default() += v;
+        }
+        self.deduplicated += o.deduplicated;
+        self.near_duplicate += o.near_duplicate;
+        self.contaminated += o.contaminated;
+        self.sampled_out += o.sampled_out;
+        self.repeated += o.repeated;
+        self.rows += o.rows;
+        self.tokens += o.tokens;
+        self.supervised_tokens += o.supervised_tokens;
+        self.truncated_rows += o.truncated_rows;
+        self.mask_boundary_merged += o.mask_boundary_merged;
+        self.encoder_checked_rows += o.encoder_checked_rows;
+        self.renderer_checked_rows += o.renderer_checked_rows;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn identity_counts_every_outcome() {
+        let mut s = SourceStats {
+            read: 10,
+            kept: 5,
+            deduplicated: 1,
+            ..Default::default()
+        };
+        s.rejected.insert(RejectReason::Template, 2);
+        s.filtered.insert("too_long".into(), 1);
+        assert!(!s.balanced());
+        s.sampled_out = 1;
+        assert!(s.balanced());
+        let mut t = SourceStats::default();
+        t += &s;
+        t += &s;
+        assert_eq!(t.read, 20);
+        assert_eq!(t.rejected[&RejectReason::Template], 4);
+        assert!(t.balanced());
+    }
+}
