@@ -1,6 +1,6 @@
 //! The one framed-record codec of the files the tool writes and reads back itself: the build
-//! journal's pass files ([`crate::engine::journal`]) and the part files of a partitioned build
-//! ([`crate::engine::partition`]).
+//! journal's pass files (the engine's journal) and the part files of a partitioned build
+//! (the engine's partition module).
 //!
 //! A frame is a 12-byte head, then the payload (a postcard value): the payload's length as a
 //! little-endian `u32`, then the payload's 64-bit xxh3 seeded with that length (little-endian

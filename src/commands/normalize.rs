@@ -50,7 +50,7 @@ pub fn run(args: &NormalizeArgs, printer: &Printer) -> Result<()> {
     let mut out = BufWriter::new(std::io::stdout().lock());
     let mut side: Box<dyn Write> = match &args.rejects {
         Some(path) => Box::new(BufWriter::new(
-            crate::write::nofollow::create(path)
+            crate::model::nofollow::create(path)
                 .with_context(|| format!("failed to create `{}`", path.display()))?,
         )),
         None => Box::new(BufWriter::new(std::io::stderr().lock())),

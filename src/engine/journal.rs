@@ -24,8 +24,9 @@
 
 use crate::curate::ledger::{Scanned, Work};
 use crate::frames::{FrameError, FrameReader};
+use crate::model::nofollow;
 use crate::reject::RejectReason;
-use crate::write::{nofollow, SpillState};
+use crate::write::SpillState;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::fs::{self, File};

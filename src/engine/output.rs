@@ -484,7 +484,7 @@ impl Output {
             &work.join(SPILL),
             &work.join(JOURNAL),
         ] {
-            crate::write::nofollow::real_dir(path)
+            crate::model::nofollow::real_dir(path)
                 .with_context(|| format!("`{}` is in the way", path.display()))?;
         }
         // A build killed between the two renames of the fallback replacement: put the old
@@ -654,9 +654,9 @@ impl Drop for Output {
 /// Takes the build lock on `DIR.lock`, or says who holds it.
 fn lock(dir: &Path) -> Result<fs::File> {
     let path = sibling(dir, "lock");
-    let mut options = crate::write::nofollow::options(0);
+    let mut options = crate::model::nofollow::options(0);
     options.read(true).write(true).create(true).truncate(false);
-    let mut file = crate::write::nofollow::open(&options, &path)
+    let mut file = crate::model::nofollow::open(&options, &path)
         .with_context(|| format!("failed to open the lock file `{}`", path.display()))?;
     match file.try_lock() {
         Ok(()) => {}
@@ -710,7 +710,7 @@ fn mark_finished(staging: &Path, work: &Path) -> Result<()> {
     let manifest =
         fs::read(&path).with_context(|| format!("failed to read `{}`", path.display()))?;
     let marker = work.join(FINISHED);
-    let written = crate::write::nofollow::create(&marker).and_then(|mut f| {
+    let written = crate::model::nofollow::create(&marker).and_then(|mut f| {
         f.write_all(hex::encode(Sha256::digest(&manifest)).as_bytes())?;
         f.sync_all()
     });

@@ -196,11 +196,11 @@ impl PartWriter {
     /// Starts `part`'s file in `dir` (created if missing), as a `.tmp` beside it.
     pub fn create(dir: &Path, part: PartSpec, key: &ResumeKey) -> io::Result<PartWriter> {
         fs::create_dir_all(dir)?;
-        crate::write::nofollow::real_dir(dir)?;
+        crate::model::nofollow::real_dir(dir)?;
         let path = part.path(dir);
         let tmp = path.with_extension("bin.tmp");
         let mut w = PartWriter {
-            writer: BufWriter::with_capacity(1 << 20, crate::write::nofollow::create(&tmp)?),
+            writer: BufWriter::with_capacity(1 << 20, crate::model::nofollow::create(&tmp)?),
             tmp,
             path,
             rows: 0,

@@ -808,7 +808,7 @@ fn manifest(
 }
 
 fn create(path: &Path) -> Result<BufWriter<fs::File>> {
-    let f = write::nofollow::create(path)
+    let f = crate::model::nofollow::create(path)
         .with_context(|| format!("failed to create `{}`", path.display()))?;
     Ok(BufWriter::with_capacity(1 << 20, f))
 }
@@ -818,6 +818,6 @@ fn write_file(path: &Path, text: &str) -> Result<()> {
 }
 
 fn write_bytes(path: &Path, bytes: &[u8]) -> Result<()> {
-    write::nofollow::write(path, bytes)
+    crate::model::nofollow::write(path, bytes)
         .with_context(|| format!("failed to write `{}`", path.display()))
 }

@@ -211,8 +211,8 @@ impl Cache {
             if let Some(parent) = path.parent() {
                 std::fs::create_dir_all(parent)?;
             }
-            crate::write::nofollow::open(
-                crate::write::nofollow::options(0)
+            crate::model::nofollow::open(
+                crate::model::nofollow::options(0)
                     .create(true)
                     .truncate(false)
                     .write(true),
@@ -257,7 +257,7 @@ pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> io::Result<()> {
         .map(|name| name.to_string_lossy().into_owned())
         .unwrap_or_default();
     let temporary = parent.join(format!(".{file_name}.{}.tmp", std::process::id()));
-    let result = crate::write::nofollow::write(&temporary, bytes)
+    let result = crate::model::nofollow::write(&temporary, bytes)
         .and_then(|()| std::fs::rename(&temporary, path));
     if result.is_err() {
         let _ = std::fs::remove_file(&temporary);

@@ -477,8 +477,8 @@ impl<'a> PartialFile<'a> {
             path: path.to_owned(),
             source,
         };
-        let file = crate::write::nofollow::open(
-            crate::write::nofollow::options(0)
+        let file = crate::model::nofollow::open(
+            crate::model::nofollow::options(0)
                 .read(true)
                 .append(true)
                 .create(true),

@@ -13,7 +13,7 @@
 
 use super::config::{check_repo_id, check_repo_path, check_revision, is_commit, HubSpec, RepoKind};
 use super::error::{HubError, StaleReason};
-use crate::write::identity::hash_file;
+use crate::model::digest::hash_file;
 use serde::Deserialize;
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};

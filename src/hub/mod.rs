@@ -19,7 +19,7 @@ mod progress;
 mod resolve;
 mod specs;
 
-pub use crate::write::identity::hash_file;
+pub use crate::model::digest::hash_file;
 pub use client::Hub;
 pub use config::{merge_specs, HubConfig, HubEntry, HubSpec, RepoKind, Token};
 pub use error::{Expected, FileRef, HubError, StaleReason};

@@ -18,7 +18,7 @@ pub const STATS: &str = "stats.json";
 pub fn write_stats_files(dir: &Path, stats: &DatasetStats) -> Result<()> {
     let path = dir.join(STATS);
     let text = crate::model::digest::pretty(&serde_json::to_value(stats.file())?);
-    crate::write::nofollow::write(&path, text.as_bytes())
+    crate::model::nofollow::write(&path, text.as_bytes())
         .with_context(|| format!("failed to write `{}`", path.display()))?;
     token_freq::write_pt(&dir.join(TOKEN_FREQ), stats.token_freq_supervised())?;
     token_freq::write_pt(&dir.join(TOKEN_FREQ_ALL), stats.token_freq_all())?;
@@ -60,7 +60,7 @@ pub fn write_report(dir: &Path) -> Result<PathBuf> {
     let filtered = Examples::read(&dir.join("filtered.jsonl"));
     let page = html::render(&manifest, stats.as_ref(), &rejects, &filtered);
     let path = dir.join(REPORT);
-    crate::write::nofollow::write(&path, page.as_bytes())
+    crate::model::nofollow::write(&path, page.as_bytes())
         .with_context(|| format!("failed to write `{}`", path.display()))?;
     Ok(path)
 }

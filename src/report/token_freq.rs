@@ -71,7 +71,7 @@ pub fn write_pt(path: &Path, freq: &[u64]) -> Result<()> {
         .filter(|s| !s.is_empty())
         .unwrap_or("archive");
     let bytes = torch_zip(folder, &pickle_counts(freq), &[])?;
-    crate::write::nofollow::write(path, &bytes)
+    crate::model::nofollow::write(path, &bytes)
         .with_context(|| format!("failed to write `{}`", path.display()))
 }
 

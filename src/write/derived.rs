@@ -71,11 +71,11 @@ pub fn write(dir: &Path, files: &[(String, Vec<u8>)]) -> Result<()> {
     }
     let record_path = dir.join(RECORD);
     let json = serde_json::to_vec_pretty(&record).context("failed to encode the record")?;
-    crate::write::nofollow::write(&record_path, &json)
+    crate::model::nofollow::write(&record_path, &json)
         .with_context(|| format!("failed to write `{}`", record_path.display()))?;
     for (name, bytes) in files {
         let path = dir.join(name);
-        crate::write::nofollow::write(&path, bytes)
+        crate::model::nofollow::write(&path, bytes)
             .with_context(|| format!("failed to write `{}`", path.display()))?;
     }
     Ok(())

@@ -85,9 +85,9 @@ impl OutputFile {
             ));
         }
         let mut tail = vec![0u8; (len - aligned) as usize];
-        let mut read = super::nofollow::options(0);
+        let mut read = crate::model::nofollow::options(0);
         read.read(true);
-        super::nofollow::open(&read, path)?.read_exact_at(&mut tail, aligned)?;
+        crate::model::nofollow::open(&read, path)?.read_exact_at(&mut tail, aligned)?;
         file.set_len(len)?;
         file.seek(SeekFrom::Start(aligned))?;
         let mut out = Self::with_file(file, direct, block, aligned)?;
@@ -352,7 +352,7 @@ fn direct_io() -> bool {
 /// says whether it did.
 #[cfg(target_os = "linux")]
 fn open(path: &Path, truncate: bool, direct: bool) -> io::Result<(File, bool)> {
-    use super::nofollow;
+    use crate::model::nofollow;
     let with = |flags| {
         let mut options = nofollow::options(flags);
         options.write(true).create(true).truncate(truncate);
@@ -372,9 +372,9 @@ fn open(path: &Path, truncate: bool, direct: bool) -> io::Result<(File, bool)> {
 
 #[cfg(not(target_os = "linux"))]
 fn open(path: &Path, truncate: bool, _direct: bool) -> io::Result<(File, bool)> {
-    let mut options = super::nofollow::options(0);
+    let mut options = crate::model::nofollow::options(0);
     options.write(true).create(true).truncate(truncate);
-    Ok((super::nofollow::open(&options, path)?, false))
+    Ok((crate::model::nofollow::open(&options, path)?, false))
 }
 
 /// Opens `path` for direct reads where the filesystem allows it; says whether it did.

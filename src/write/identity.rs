@@ -84,36 +84,7 @@ impl Identity<'_> {
     }
 }
 
-/// Size and lowercase hex SHA-256 of a file, streamed (inputs can be gigabytes): the one
-/// hash of a file's bytes that the manifest, the lockfile, a resume and `verify` compare.
-pub fn hash_file(path: &std::path::Path) -> std::io::Result<(u64, String)> {
-    hash_file_with(path, &mut || Ok(()))
-}
-
-/// [`hash_file`], calling `chunk` after each MiB read: its error (a cancelled build) stops it.
-pub fn hash_file_with(
-    path: &std::path::Path,
-    chunk: &mut dyn FnMut() -> std::io::Result<()>,
-) -> std::io::Result<(u64, String)> {
-    use sha2::{Digest, Sha256};
-    use std::io::Read;
-    let mut file = std::fs::File::open(path)?;
-    let mut hasher = Sha256::new();
-    let mut buf = vec![0u8; 1 << 20];
-    let mut bytes = 0u64;
-    loop {
-        let n = match file.read(&mut buf) {
-            Ok(0) => break,
-            Ok(n) => n,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err(e),
-        };
-        hasher.update(&buf[..n]);
-        bytes += n as u64;
-        chunk()?;
-    }
-    Ok((bytes, hex::encode(hasher.finalize())))
-}
+pub use crate::model::digest::{hash_file, hash_file_with};
 
 /// The pipeline YAML as a generic value, without `output.dir`.
 pub fn pipeline_value(yaml: &[u8]) -> Result<Value, serde_yaml_ng::Error> {

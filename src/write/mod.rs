@@ -9,11 +9,11 @@ pub mod derived;
 mod direct;
 pub mod identity;
 pub mod manifest;
-pub mod nofollow;
 mod shard;
 mod shards;
 mod spill;
 
+use crate::model::nofollow;
 pub use dataset::{dataset_info_json, features, pretty, shard_name, state_json};
 pub use direct::OutputFile;
 pub use shard::{
