@@ -134,6 +134,8 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
             file,
             rejects,
             resolved_only,
+            columns,
+            tags,
             tokenizer,
         } => commands::normalize::run(
             &commands::normalize::NormalizeArgs {
@@ -142,6 +144,8 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
                 tokenizer,
                 rejects,
                 resolved_only,
+                columns,
+                tags,
             },
             &printer,
         ),
