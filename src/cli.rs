@@ -195,6 +195,13 @@ pub enum Command {
         /// `agentic` only: leave out trajectories not known to be resolved.
         #[arg(long)]
         resolved_only: bool,
+        /// The source's `columns:` mapping, in YAML flow style, e.g. `{messages: conversation}`.
+        #[arg(long)]
+        columns: Option<String>,
+        /// The source's `tags:` mapping, in YAML flow style, e.g. `{user_tag: user,
+        /// assistant_tag: assistant}`.
+        #[arg(long)]
+        tags: Option<String>,
         /// The tokenizer whose control tokens are rejected in content (default: the Qwen3.6
         /// tokenizer built into the binary).
         #[arg(long)]

@@ -177,6 +177,8 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
             file,
             rejects,
             resolved_only,
+            columns,
+            tags,
             tokenizer,
         } => commands::normalize::run(
             &commands::normalize::NormalizeArgs {
@@ -185,6 +187,8 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
                 tokenizer,
                 rejects,
                 resolved_only,
+                columns,
+                tags,
             },
             &printer,
         ),

@@ -4,8 +4,7 @@
 //! | outcome | code | when |
 //! |---|---|---|
 //! | reject | `missing_field` / `invalid_field` | `instruction` or `output` absent, null or not a string |
-//! | reject | `answer_in_input` | `output` empty (after trimming) while `input` is not and the instruction does not refer to an input (`following`, `given`, `below`, ...): CodeAlpaca's answer-in-input quirk; moving `input` to the answer would be a guess |
-//! | reject | `empty_response` | `output` empty otherwise (a fully empty row, or an `input` the instruction works on) |
+//! | reject | `empty_response` | `output` empty (after trimming). When `input` is not empty and the instruction does not refer to an input (`following`, `given`, `below`, ...), the message adds that the answer is likely in `input` (CodeAlpaca's answer-in-input quirk; moving `input` to the answer would be a guess) |
 //! | reject | `empty_prompt` | `instruction` and `input` both empty |
 //!
 //! An empty or absent `system` means no system message.
@@ -45,19 +44,17 @@ impl AlpacaAdapter {
         let output = required_str(row, &self.output)?;
         let has_input = !py_trim(input).is_empty();
         if py_trim(output).is_empty() {
-            return Err(match (&self.input, has_input) {
-                (Some(input), true) if !refers_to_input(instruction) => Reject::new(
-                    RejectReason::AnswerInInput,
-                    format!(
+            // The row has no answer, whichever column it may have strayed into.
+            return Err(Reject::new(
+                RejectReason::EmptyResponse,
+                match (&self.input, has_input) {
+                    (Some(input), true) if !refers_to_input(instruction) => format!(
                         "field `{}` is empty while `{input}` is not (the answer is likely in `{input}`)",
                         self.output
                     ),
-                ),
-                _ => Reject::new(
-                    RejectReason::EmptyResponse,
-                    format!("field `{}` is empty", self.output),
-                ),
-            });
+                    _ => format!("field `{}` is empty", self.output),
+                },
+            ));
         }
         if py_trim(instruction).is_empty() && !has_input {
             return Err(Reject::new(

@@ -64,6 +64,7 @@ impl Adapter {
     /// Adapts one row. `row` is the whole record as read from the file.
     pub fn adapt(&self, row: &Value, repairs: &mut Repairs) -> Result<Conversation, Reject> {
         let object = as_row(row)?;
+        media_columns(object)?;
         let conversation = match self {
             Adapter::OpenAi(a) => a.adapt(object, repairs),
             Adapter::ShareGpt(a) => a.adapt(object, repairs),
@@ -175,3 +176,30 @@ fn scalar_fields(row: &Row, keys: &[&str]) -> Map<String, Value> {
 
 /// A row as a JSON object; adapters read columns out of it.
 pub type Row = Map<String, Value>;
+
+/// The media columns of the multimodal layouts: LLaMA-Factory's `images`/`videos`/`audios`
+/// (lists of paths, `<image>` placeholders in the text) and LLaVA's `image` (one path).
+const MEDIA_COLUMNS: [&str; 6] = ["images", "image", "videos", "video", "audios", "audio"];
+
+/// Rejects a row that carries media in a column beside its text: its text talks about a
+/// picture (or a clip) the model would never see. Empty or `null` columns are text rows.
+fn media_columns(row: &Map<String, Value>) -> Result<(), Reject> {
+    for column in MEDIA_COLUMNS {
+        let count = match row.get(column) {
+            None | Some(Value::Null) => 0,
+            Some(Value::String(s)) => usize::from(!s.is_empty()),
+            Some(Value::Array(items)) => items.len(),
+            Some(_) => 1,
+        };
+        if count > 0 {
+            return Err(Reject::new(
+                crate::reject::RejectReason::MultimodalContent,
+                format!(
+                    "`{column}` holds {count} media file{}; only text is supported",
+                    if count == 1 { "" } else { "s" }
+                ),
+            ));
+        }
+    }
+    Ok(())
+}

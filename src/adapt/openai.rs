@@ -38,6 +38,17 @@ impl OpenAiAdapter {
             return None;
         }
         let Object(row): Object<TypedRow> = serde_json::from_slice(line).ok()?;
+        let media = [
+            &row.images,
+            &row.image,
+            &row.videos,
+            &row.video,
+            &row.audios,
+            &row.audio,
+        ];
+        if media.iter().any(|m| m.is_some()) {
+            return None;
+        }
         let mut repairs = Repairs::new();
         let mut messages = Vec::with_capacity(row.messages.len());
         for (i, Object(m)) in row.messages.into_iter().enumerate() {
@@ -142,6 +153,20 @@ struct TypedRow<'a> {
     messages: Vec<Object<TypedMessage<'a>>>,
     #[serde(default)]
     tools: Option<Vec<Value>>,
+    /// Any media column present (not `null`) sends the row to the reference path, which
+    /// rejects it unless it is empty.
+    #[serde(default)]
+    images: Option<serde::de::IgnoredAny>,
+    #[serde(default)]
+    image: Option<serde::de::IgnoredAny>,
+    #[serde(default)]
+    videos: Option<serde::de::IgnoredAny>,
+    #[serde(default)]
+    video: Option<serde::de::IgnoredAny>,
+    #[serde(default)]
+    audios: Option<serde::de::IgnoredAny>,
+    #[serde(default)]
+    audio: Option<serde::de::IgnoredAny>,
 }
 
 /// The message fields `message` reads, each a string or `null` (tool calls kept as JSON for

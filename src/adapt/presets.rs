@@ -1,5 +1,5 @@
 //! Alpaca-family presets: the exact columns of four code-instruction sources, over
-//! [`AlpacaAdapter`] (same rules and reject codes: `empty_response`, `answer_in_input`,
+//! [`AlpacaAdapter`] (same rules and reject codes: `empty_response`,
 //! `empty_prompt`, `missing_field`, `invalid_field`). Presets take no `columns`; for a mirror
 //! with renamed columns use `format: alpaca` with a mapping.
 //!

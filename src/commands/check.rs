@@ -8,7 +8,9 @@
 //! the rates are those before selection; the selection is projected from them instead.
 
 use crate::curate::ledger::{MixLine, Shares};
-use crate::curate::select::{MixConfig, MixTarget, Shortfall};
+use crate::curate::select::{
+    self, AllocError, Allocation, MixConfig, MixTarget, Shortfall, Supply,
+};
 use crate::engine::{self, NoProgress, Sinks};
 use crate::hub::Lockfile;
 use crate::plan::{self, HubAccess};
@@ -163,8 +165,8 @@ pub fn run(args: &CheckArgs, printer: &Printer) -> Result<()> {
     let mut files: Vec<Vec<FileCheck>> = Vec::new();
     for source in &plan.sources {
         let mut surveys: Vec<(FileSurvey, u64)> = Vec::new();
-        for (path, shown) in source.files.iter().zip(&source.display_files) {
-            let file_seed = sample::file_seed(seed, base_name(shown));
+        for (path, name) in source.files.iter().zip(&source.selection_names) {
+            let file_seed = sample::file_seed(seed, name);
             let survey =
                 sample::survey(path, args.sample, file_seed, &plan.read_options, &counter)?;
             surveys.push((survey, file_seed));
@@ -195,6 +197,32 @@ pub fn run(args: &CheckArgs, printer: &Printer) -> Result<()> {
             samples.insert(path.clone(), chosen);
         }
         files.push(checks);
+    }
+
+    // Without a mix, a `take` beyond the rows of its files fails the build once it has read
+    // them; here they are counted already (estimated counts are only noted).
+    let mut failures = Vec::new();
+    for (i, (source, checks)) in plan.sources.iter().zip(&files).enumerate() {
+        let Some(take) = source.take.filter(|_| plan.mix.is_none()) else {
+            continue;
+        };
+        let rows: u64 = checks.iter().map(|f| f.rows).sum();
+        if take <= rows {
+            continue;
+        }
+        if checks.iter().all(|f| f.rows_count == RowCount::Exact) {
+            failures.push(plan.at_line(&format!(
+                "sources[{i}].take: `take: {take}` but the files of `{}` hold only {rows} rows: \
+                 the build would fail (lower `take` to at most {rows}, or write `take: all`)",
+                source.name
+            )));
+        } else {
+            printer.info(&format!(
+                "note: source `{}`: `take: {take}` but its files hold about {rows} rows: the \
+                 build fails if they hold fewer",
+                source.name
+            ));
+        }
     }
 
     // The sample's plan: no selection (rates before `take` / `mix`), rows in arrival order.
@@ -363,12 +391,6 @@ pub fn run(args: &CheckArgs, printer: &Printer) -> Result<()> {
     Ok(())
 }
 
-/// The base name of a file as the pipeline names it (a Hub path's too), so that a file keeps
-/// its sample wherever it is read from.
-fn base_name(shown: &str) -> &str {
-    shown.rsplit('/').next().unwrap_or(shown)
-}
-
 /// Splits `n` sampled rows over a source's files in proportion to their rows (largest
 /// remainder), each at most what it can give.
 fn split_sample(n: u64, surveys: &[&FileSurvey]) -> Vec<u64> {
@@ -472,114 +494,84 @@ fn project(s: &SourceStats, files: &[FileCheck]) -> Projected {
     }
 }
 
-/// The mix a full build would realize from the projected rows, by the rules of
-/// `curate::select::allocate`: `take` sources and sources with neither `take` nor `weight`
-/// first, the rest of the total by weight; a short source uses its repeats, then gives its
-/// deficit to the others (`shortfall: redistribute`) or fails the build.
+/// Rows a projected mix allocates at most: larger sources are scaled down (with the total and
+/// the `take`s) and the answer scaled back up, so the projection stays cheap.
+const PROJECTED_ROWS: u64 = 1_000_000;
+
+/// The mix a full build would realize from the projected rows, by the build's own allocation
+/// (`curate::select::allocate`) over each source's projected kept rows at their mean amount.
+/// A failing allocation is noted (with its message, as the build would print it) and the lines
+/// are those of `shortfall: redistribute`, to show what there is.
 fn project_mix(
     target: MixConfig,
     sources: &[SourceCheck],
     selection: &[(Option<u64>, Option<f64>)],
 ) -> MixProjection {
-    let repeats = u64::from(target.max_repeats.unwrap_or(0));
-    // Per source: amount in the target's unit per kept conversation.
-    let unit = |s: &SourceCheck| -> f64 {
+    // Per source: amount in the target's unit per kept conversation (at least 1).
+    let unit = |s: &SourceCheck| -> u64 {
         let p = &s.projected;
-        let per = |v: u64| {
-            if p.kept == 0 {
-                0.0
-            } else {
-                v as f64 / p.kept as f64
-            }
-        };
+        let per = |v: u64| v.checked_div(p.kept).unwrap_or(0).max(1);
         match target.target {
-            MixTarget::Rows => 1.0,
+            MixTarget::Rows => 1,
             MixTarget::Tokens => per(p.tokens),
             MixTarget::SupervisedTokens => per(p.supervised_tokens),
         }
     };
-    let mut notes = Vec::new();
-    let n = sources.len();
-    // (quota, conversations taken)
-    let mut quota = vec![0u64; n];
-    let mut taken = vec![0f64; n];
-    let mut fixed = 0f64;
-    let weighted: Vec<usize> = (0..n)
-        .filter(|&i| selection[i].0.is_none() && selection[i].1.is_some())
+    let all: u64 = sources.iter().map(|s| s.projected.kept).sum();
+    let scale = all.div_ceil(PROJECTED_ROWS).max(1);
+    let known: Vec<Vec<(u64, &str)>> = sources
+        .iter()
+        .map(|s| vec![(unit(s), ""); usize::try_from(s.projected.kept / scale).unwrap_or(0)])
         .collect();
-    for (i, s) in sources.iter().enumerate() {
-        if weighted.contains(&i) {
-            continue;
-        }
-        let kept = s.projected.kept as f64;
-        match selection[i].0 {
-            Some(take) => {
-                quota[i] = take;
-                taken[i] = (take as f64).min(kept * (1 + repeats) as f64);
-                if taken[i] < take as f64 {
-                    notes.push(format!(
-                        "source `{}`: `take: {take}` but about {} rows are kept{}",
-                        s.name,
-                        taken[i].round(),
-                        shortfall_effect(target.shortfall)
-                    ));
+    let supplies: Vec<Supply> = sources
+        .iter()
+        .zip(&known)
+        .zip(selection)
+        .map(|((s, known), &(take, weight))| Supply {
+            name: &s.name,
+            weight,
+            take: take.map(|t| t.div_ceil(scale)),
+            known,
+            complete: true,
+        })
+        .collect();
+    let scaled = MixConfig {
+        total: target.total.div_ceil(scale),
+        ..target.clone()
+    };
+    let mut notes = Vec::new();
+    let allocations = match select::allocate(Some(&scaled), 0, &supplies) {
+        Ok(a) => a,
+        Err(e) => {
+            notes.push(format!(
+                "{}: the build would fail{}",
+                rescaled(e, scale),
+                if scale > 1 {
+                    " (numbers projected)"
+                } else {
+                    ""
                 }
-            }
-            None => {
-                quota[i] = s.projected.kept;
-                taken[i] = kept;
-            }
+            ));
+            let lenient = MixConfig {
+                shortfall: Shortfall::Redistribute,
+                ..scaled
+            };
+            select::allocate(Some(&lenient), 0, &supplies)
+                .unwrap_or_else(|_| vec![Allocation::default(); sources.len()])
         }
-        fixed += taken[i] * unit(s);
-    }
-    // The rest by weight; deficits of short sources go round to the others when redistributed.
-    let mut rest = (target.total as f64 - fixed).max(0.0);
-    let mut open: Vec<usize> = weighted.clone();
-    for _ in 0..=n {
-        let weights: f64 = open.iter().filter_map(|&i| selection[i].1).sum();
-        if open.is_empty() || rest <= 0.0 || weights <= 0.0 {
-            break;
-        }
-        let mut deficit = 0.0;
-        let mut still = Vec::new();
-        for &i in &open {
-            let share = rest * selection[i].1.unwrap_or(0.0) / weights;
-            let u = unit(&sources[i]);
-            let capacity = sources[i].projected.kept as f64 * (1 + repeats) as f64 * u;
-            quota[i] += share.round() as u64;
-            let got = share.min(capacity - taken[i] * u).max(0.0);
-            taken[i] += if u > 0.0 { got / u } else { 0.0 };
-            if got + 0.5 < share {
-                deficit += share - got;
-                notes.push(format!(
-                    "source `{}`: its share is about {} {} but it has about {}{}",
-                    sources[i].name,
-                    share.round(),
-                    target.target.as_str(),
-                    capacity.round(),
-                    shortfall_effect(target.shortfall)
-                ));
-            } else {
-                still.push(i);
-            }
-        }
-        if deficit <= 0.0 || target.shortfall == Shortfall::Fail {
-            break;
-        }
-        rest = deficit;
-        open = still;
-    }
+    };
     let lines: Vec<MixLine> = sources
         .iter()
+        .zip(&allocations)
         .enumerate()
-        .map(|(i, s)| {
+        .map(|(i, (s, a))| {
             let p = &s.projected;
-            let conversations = taken[i].round() as u64;
+            let conversations = (a.originals + a.copies.len()) as u64 * scale;
             let per = |v: u64| {
                 if p.kept == 0 {
                     0
                 } else {
-                    (v as f64 * taken[i] / p.kept as f64).round() as u64
+                    (v as f64 * conversations as f64 / p.kept as f64).round() as u64
                 }
             };
             MixLine {
@@ -587,15 +579,12 @@ fn project_mix(
                 conversations,
                 weight: selection[i].1,
                 take: selection[i].0,
-                quota: quota[i],
-                realized: match (selection[i].0, target.target) {
-                    (Some(_), _) | (_, MixTarget::Rows) => conversations,
-                    _ => (taken[i] * unit(s)).round() as u64,
-                },
+                quota: selection[i].0.unwrap_or(a.quota * scale),
+                realized: a.realized * scale,
                 rows: per(p.rows),
                 tokens: per(p.tokens),
                 supervised_tokens: per(p.supervised_tokens),
-                copies: conversations.saturating_sub(p.kept),
+                copies: a.copies.len() as u64 * scale,
                 share: Shares::default(),
             }
         })
@@ -629,10 +618,51 @@ fn project_mix(
     }
 }
 
-fn shortfall_effect(s: Shortfall) -> &'static str {
-    match s {
-        Shortfall::Fail => ": the build would fail (`shortfall: fail`)",
-        Shortfall::Redistribute => ": the deficit goes to the other weighted sources",
+/// An allocation error of a mix scaled down by `k`, in full-size numbers.
+fn rescaled(e: AllocError, k: u64) -> AllocError {
+    match e {
+        AllocError::Shortfall {
+            source,
+            quota,
+            unit,
+            take,
+            rows,
+            amount,
+            repeats,
+            available,
+        } => AllocError::Shortfall {
+            source,
+            quota: quota * k,
+            unit,
+            take,
+            rows: rows * k,
+            amount: amount * k,
+            repeats,
+            available: available * k,
+        },
+        AllocError::Served {
+            total,
+            served,
+            unit,
+            sources,
+            weighted,
+        } => AllocError::Served {
+            total: total * k,
+            served: served * k,
+            unit,
+            sources,
+            weighted,
+        },
+        AllocError::Total {
+            total,
+            available,
+            unit,
+        } => AllocError::Total {
+            total: total * k,
+            available: available * k,
+            unit,
+        },
+        other => other,
     }
 }
 
@@ -815,14 +845,5 @@ mod tests {
         assert!((s.mean - 50.5).abs() < 1e-9);
         let s = spread(vec![7]);
         assert_eq!((s.p50, s.p95), (7, 7));
-    }
-
-    #[test]
-    fn base_names_ignore_directories_and_commits() {
-        assert_eq!(base_name("../data/chat.jsonl"), "chat.jsonl");
-        assert_eq!(
-            base_name("hf://datasets/o/n@0123/data/train.parquet"),
-            "train.parquet"
-        );
     }
 }

@@ -27,6 +27,22 @@ pub struct NormalizeArgs {
     pub tokenizer: Option<PathBuf>,
     pub rejects: Option<PathBuf>,
     pub resolved_only: bool,
+    /// The source's `columns:` and `tags:` mappings, as YAML (flow style on the command line).
+    pub columns: Option<String>,
+    pub tags: Option<String>,
+}
+
+/// A `--columns` / `--tags` value, parsed as the pipeline's key of that name.
+fn mapping<T: serde::de::DeserializeOwned + Default>(
+    option: &str,
+    yaml: Option<&str>,
+) -> Result<T> {
+    match yaml {
+        None => Ok(T::default()),
+        Some(text) => {
+            serde_yaml_ng::from_str(text).map_err(|e| anyhow!("--{option} `{text}`: {e}"))
+        }
+    }
 }
 
 pub fn run(args: &NormalizeArgs, printer: &Printer) -> Result<()> {
@@ -35,13 +51,10 @@ pub fn run(args: &NormalizeArgs, printer: &Printer) -> Result<()> {
     let options = FormatOptions {
         resolved_only: args.resolved_only.then_some(true),
     };
-    let adapter = crate::plan::adapter(
-        format,
-        &ColumnsConfig::default(),
-        &TagsConfig::default(),
-        &options,
-    )
-    .map_err(|errors| anyhow!("{}", errors.join("; ")))?;
+    let columns: ColumnsConfig = mapping("columns", args.columns.as_deref())?;
+    let tags: TagsConfig = mapping("tags", args.tags.as_deref())?;
+    let adapter = crate::plan::adapter(format, &columns, &tags, &options)
+        .map_err(|errors| anyhow!("{}", errors.join("; ")))?;
     // The same control-token list a build rejects on.
     let tokenizer = super::shipped::tokenizer(args.tokenizer.as_deref())?;
     let validator = Validator::new(&tokenizer.forbidden);

@@ -1,9 +1,11 @@
 //! Exact deduplication: a 128-bit fingerprint of the conversation (or of its prompt), and the
 //! first row (in position order) of each fingerprint survives.
 
-use crate::conversation::{Conversation, Role};
+use crate::conversation::{py_trim, Conversation, Role};
+use crate::tokenize::fast::normalize;
 use serde::{Deserialize, Deserializer};
 use sha2::{Digest, Sha256};
+use std::borrow::Cow;
 use std::collections::HashMap;
 
 /// SHA-256 of the key's bytes, truncated to 128 bits.
@@ -67,12 +69,17 @@ impl<'de> Deserialize<'de> for DedupConfig {
     }
 }
 
-/// The fingerprint of `c` under `key`.
+/// The fingerprint of `c` under `key`, over what the model sees of each message: its content
+/// and reasoning with leading and trailing whitespace removed (the Qwen templates `trim` each
+/// message) in Unicode NFC (the tokenizer's normalizer), case kept. Two rows differing only
+/// there tokenize alike, so they are duplicates.
 ///
-/// `Conversation` hashes the conversation's JSON serialization (the bytes earlier versions
-/// used, so their outputs do not change); `Prompt` hashes the JSON array of `[role, content]`
-/// pairs of the system and user turns.
+/// `Conversation` hashes the conversation's JSON serialization (for a row whose text is
+/// already trimmed and NFC, the bytes earlier versions used, so their outputs do not change);
+/// `Prompt` hashes the JSON array of `[role, content]` pairs of the system and user turns.
 pub fn fingerprint(c: &Conversation, key: DedupKey) -> Fingerprint {
+    let normalized = as_seen(c);
+    let c = normalized.as_ref().unwrap_or(c);
     let mut hasher = Sha256::new();
     // Serializing structs of strings and JSON values cannot fail.
     let bytes = match key {
@@ -94,6 +101,31 @@ pub fn fingerprint(c: &Conversation, key: DedupKey) -> Fingerprint {
     let mut out = [0u8; 16];
     out.copy_from_slice(&digest[..16]);
     out
+}
+
+/// `c` with each message's content and reasoning trimmed and in NFC (as the tokenizer
+/// computes it); `None` when nothing changes (the common case: no copy).
+fn as_seen(c: &Conversation) -> Option<Conversation> {
+    // `str.strip()`, as the template's `trim` filter.
+    fn seen(t: &str) -> Cow<'_, str> {
+        normalize(true, py_trim(t))
+    }
+    let changes = |t: &str| matches!(seen(t), Cow::Owned(_)) || py_trim(t).len() != t.len();
+    let changed = c
+        .messages
+        .iter()
+        .any(|m| changes(&m.content) || m.reasoning.as_deref().is_some_and(changes));
+    if !changed {
+        return None;
+    }
+    let mut c = c.clone();
+    for m in &mut c.messages {
+        m.content = seen(&m.content).into_owned();
+        if let Some(r) = &mut m.reasoning {
+            *r = seen(r).into_owned();
+        }
+    }
+    Some(c)
 }
 
 /// Fingerprints seen so far, each with the first row that had it.
@@ -181,6 +213,40 @@ mod tests {
         let e = conv(Some("s"), "ys q", "x");
         let f = conv(Some("s ys"), "q", "x");
         assert_ne!(p(&e), p(&f));
+    }
+
+    #[test]
+    fn rows_that_tokenize_alike_share_a_fingerprint() {
+        // Per-message surrounding whitespace and NFD vs NFC: the template trims each message
+        // and the tokenizer normalizes to NFC, so these give the same input_ids.
+        let plain = conv(Some("Be brief."), "Café?", "Oui.");
+        let spaced = conv(Some("  Be brief.\n"), "\tCafé?  ", "\nOui.\n\n");
+        let nfd = conv(Some("Be brief."), "Cafe\u{301}?", "Oui.");
+        for key in [DedupKey::Conversation, DedupKey::Prompt] {
+            let p = |c: &Conversation| fingerprint(c, key);
+            assert_eq!(p(&plain), p(&spaced), "{key:?}");
+            assert_eq!(p(&plain), p(&nfd), "{key:?}");
+            // Case and inner whitespace are seen by the model: different rows.
+            assert_ne!(
+                p(&plain),
+                p(&conv(Some("Be brief."), "café?", "Oui.")),
+                "{key:?}"
+            );
+            assert_ne!(
+                p(&plain),
+                p(&conv(Some("Be  brief."), "Café?", "Oui.")),
+                "{key:?}"
+            );
+        }
+        // Reasoning too.
+        let mut a = conv(None, "q", "a");
+        let mut b = a.clone();
+        a.messages[1].reasoning = Some("think".into());
+        b.messages[1].reasoning = Some("\nthink\n".into());
+        assert_eq!(
+            fingerprint(&a, DedupKey::Conversation),
+            fingerprint(&b, DedupKey::Conversation)
+        );
     }
 
     #[test]

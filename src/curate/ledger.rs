@@ -471,6 +471,19 @@ impl Ledger {
 
     /// Runs the allocation over what the work pass has measured so far.
     pub fn allocate(&self) -> Result<Vec<Allocation>, AllocError> {
+        // A `take` beyond the rows read is a mistake, not a cap (with a mix, the allocation's
+        // shortfall rules say what happens instead).
+        if self.mix.is_none() {
+            for (sel, s) in self.selection.iter().zip(&self.sources) {
+                if let Some(take) = sel.take.filter(|&t| t > s.stats.read) {
+                    return Err(AllocError::TakeBeyondSource {
+                        source: sel.name.clone(),
+                        take,
+                        read: s.stats.read,
+                    });
+                }
+            }
+        }
         let unit = self.mix.as_ref().map(|m| m.target);
         let known: Vec<(Vec<(u64, String)>, bool)> = self
             .sources

@@ -155,8 +155,38 @@ pub enum AllocError {
     /// A source has less than its quota and the mix allows no way around it.
     Shortfall {
         source: String,
+        /// Its quota: rows for a `take` source, else in the target's unit.
         quota: u64,
+        /// The quota's unit (`rows` for a `take`).
+        unit: &'static str,
+        /// A `take` source (its fix is a smaller `take`, not a smaller total).
+        take: bool,
+        /// Distinct rows it has after filters and deduplication.
+        rows: u64,
+        /// What those rows give, in the quota's unit.
+        amount: u64,
+        /// `max_repeats` (0: none).
+        repeats: u32,
+        /// What the rows and every allowed copy give, in the quota's unit.
         available: u64,
+    },
+    /// The sources served first (`take`s, and sources with neither `take` nor `weight`) give
+    /// more than the mix's total, or all of it while weighted sources wait for a share.
+    Served {
+        total: u64,
+        served: u64,
+        unit: &'static str,
+        /// The sources served first, as `` `name`: `take: n` `` or `` `name`: all its rows ``.
+        sources: Vec<String>,
+        /// The weighted sources, left with nothing.
+        weighted: Vec<String>,
+    },
+    /// Without a mix, a `take` larger than the rows its source's files hold (a mistake: the
+    /// build would quietly give fewer).
+    TakeBeyondSource {
+        source: String,
+        take: u64,
+        read: u64,
     },
     /// Redistribution ran out of sources with rows to give.
     Total {
@@ -175,12 +205,80 @@ impl std::fmt::Display for AllocError {
             AllocError::Shortfall {
                 source,
                 quota,
+                unit,
+                take,
+                rows,
+                amount,
+                repeats,
                 available,
-            } => write!(
+            } => {
+                write!(
+                    f,
+                    "source `{source}` cannot fill its quota: it needs {quota} {unit} and has \
+                     {rows} rows"
+                )?;
+                if *unit != "rows" {
+                    write!(f, " ({amount} {unit})")?;
+                }
+                write!(f, " after filters and deduplication")?;
+                if *repeats > 0 {
+                    write!(f, ", {available} {unit} with `max_repeats: {repeats}`")?;
+                }
+                let repeat = if *repeats > 0 {
+                    "raise `max_repeats`"
+                } else {
+                    "set `max_repeats`"
+                };
+                if *take {
+                    write!(
+                        f,
+                        " (lower its `take`, {repeat} or `shortfall: redistribute` in `mix`, or \
+                         add rows)"
+                    )
+                } else {
+                    write!(
+                        f,
+                        " (set `shortfall: redistribute` or {} in `mix`, lower the total, or \
+                         add rows)",
+                        if *repeats > 0 {
+                            "a higher `max_repeats`"
+                        } else {
+                            "`max_repeats`"
+                        }
+                    )
+                }
+            }
+            AllocError::Served {
+                total,
+                served,
+                unit,
+                sources,
+                weighted,
+            } => {
+                write!(
+                    f,
+                    "the sources served first in the mix ({}) give {served} {unit}",
+                    sources.join("; ")
+                )?;
+                if served > total {
+                    write!(
+                        f,
+                        ", more than its total of {total} {unit}: lower their `take`s, raise \
+                         `total`, or give them a `weight` instead"
+                    )
+                } else {
+                    write!(
+                        f,
+                        ", the mix's whole total, leaving nothing for the weighted sources \
+                         ({}): lower the `take`s or raise `total`",
+                        weighted.join(", ")
+                    )
+                }
+            }
+            AllocError::TakeBeyondSource { source, take, read } => write!(
                 f,
-                "source `{source}` cannot fill its quota: it needs {quota} and has {available} \
-                 after filters and deduplication (set `shortfall: redistribute` or `max_repeats` \
-                 in `mix`, lower the total, or add rows)"
+                "source `{source}`: `take: {take}` but its files hold only {read} rows (lower \
+                 `take` to at most {read}, or write `take: all`)"
             ),
             AllocError::Total {
                 total,
@@ -274,9 +372,15 @@ pub fn allocate(
                     0
                 };
                 if short > 0 && mix.shortfall == Shortfall::Fail {
+                    let rows = src.supply.known.len() as u64;
                     return Err(AllocError::Shortfall {
                         source: src.supply.name.to_string(),
                         quota: n,
+                        unit: "rows",
+                        take: true,
+                        rows,
+                        amount: rows,
+                        repeats,
                         available: n - short,
                     });
                 }
@@ -295,11 +399,31 @@ pub fn allocate(
         fixed_realized += src.realized_in_target();
     }
 
-    // The rest of the total, shared by weight.
-    let rest = mix.total.saturating_sub(fixed_realized);
     let weighted: Vec<usize> = (0..state.len())
         .filter(|&i| is_weighted(state[i].supply))
         .collect();
+    // A mix never gives more than its total, nor silently nothing to its weighted sources.
+    if fixed_realized > mix.total || (fixed_realized == mix.total && !weighted.is_empty()) {
+        return Err(AllocError::Served {
+            total: mix.total,
+            served: fixed_realized,
+            unit: mix.target.as_str(),
+            sources: supplies
+                .iter()
+                .filter(|s| !is_weighted(s))
+                .map(|s| match s.take {
+                    Some(n) => format!("`{}`: `take: {n}`", s.name),
+                    None => format!("`{}`: all its rows", s.name),
+                })
+                .collect(),
+            weighted: weighted
+                .iter()
+                .map(|&i| format!("`{}`", supplies[i].name))
+                .collect(),
+        });
+    }
+    // The rest of the total, shared by weight.
+    let rest = mix.total - fixed_realized;
     let weights: Vec<f64> = weighted.iter().map(|&i| weight(state[i].supply)).collect();
     let mut deficit = 0u64;
     let mut active: Vec<usize> = Vec::new();
@@ -320,6 +444,11 @@ pub fn allocate(
                     return Err(AllocError::Shortfall {
                         source: src.supply.name.to_string(),
                         quota,
+                        unit: mix.target.as_str(),
+                        take: false,
+                        rows: src.supply.known.len() as u64,
+                        amount: (0..src.supply.known.len()).map(|k| src.amount(k)).sum(),
+                        repeats,
                         available: src.alloc.realized,
                     });
                 }
@@ -755,28 +884,133 @@ mod tests {
             AllocError::Shortfall {
                 source: "small".into(),
                 quota: 5,
+                unit: "rows",
+                take: false,
+                rows: 3,
+                amount: 3,
+                repeats: 0,
                 available: 3
             }
         );
         assert_eq!(
             err.to_string(),
-            "source `small` cannot fill its quota: it needs 5 and has 3 after filters and \
-             deduplication (set `shortfall: redistribute` or `max_repeats` in `mix`, lower the \
-             total, or add rows)"
+            "source `small` cannot fill its quota: it needs 5 rows and has 3 rows after filters \
+             and deduplication (set `shortfall: redistribute` or `max_repeats` in `mix`, lower \
+             the total, or add rows)"
         );
         // A short take fails the same way.
         let supplies = [
             supply("big", Some(1.0), None, &a),
             supply("small", None, Some(4), &b),
         ];
+        let err = allocate(Some(&m), 0, &supplies).expect_err("short");
         assert_eq!(
-            allocate(Some(&m), 0, &supplies),
-            Err(AllocError::Shortfall {
+            err,
+            AllocError::Shortfall {
                 source: "small".into(),
                 quota: 4,
+                unit: "rows",
+                take: true,
+                rows: 3,
+                amount: 3,
+                repeats: 0,
                 available: 3
-            })
+            }
         );
+        // Its fix is a smaller `take`, not a smaller total.
+        assert_eq!(
+            err.to_string(),
+            "source `small` cannot fill its quota: it needs 4 rows and has 3 rows after filters \
+             and deduplication (lower its `take`, set `max_repeats` or `shortfall: \
+             redistribute` in `mix`, or add rows)"
+        );
+    }
+
+    #[test]
+    fn a_shortfall_with_repeats_says_what_the_source_has() {
+        // 50 rows, each usable twice: the message names the 50 rows, then the 100 with copies.
+        let a = rows("a", &[1; 200]);
+        let b = rows("b", &[3; 50]);
+        let (a, b) = (view(&a), view(&b));
+        let m = MixConfig {
+            max_repeats: Some(1),
+            ..mix(MixTarget::Rows, 150)
+        };
+        let err =
+            allocate(Some(&m), 0, &[supply("small", None, Some(150), &b)]).expect_err("short");
+        assert_eq!(
+            err.to_string(),
+            "source `small` cannot fill its quota: it needs 150 rows and has 50 rows after \
+             filters and deduplication, 100 rows with `max_repeats: 1` (lower its `take`, raise \
+             `max_repeats` or `shortfall: redistribute` in `mix`, or add rows)"
+        );
+        // A token quota: rows, then what they give in tokens.
+        let m = MixConfig {
+            max_repeats: Some(1),
+            ..mix(MixTarget::Tokens, 800)
+        };
+        let supplies = [
+            supply("big", Some(1.0), None, &a),
+            supply("small", Some(1.0), None, &b),
+        ];
+        let err = allocate(Some(&m), 0, &supplies).expect_err("short");
+        assert_eq!(
+            err.to_string(),
+            "source `small` cannot fill its quota: it needs 400 tokens and has 50 rows (150 \
+             tokens) after filters and deduplication, 300 tokens with `max_repeats: 1` (set \
+             `shortfall: redistribute` or a higher `max_repeats` in `mix`, lower the total, or \
+             add rows)"
+        );
+    }
+
+    #[test]
+    fn sources_served_first_never_exceed_the_total_nor_starve_the_weighted() {
+        let a = rows("a", &[1; 600]);
+        let b = rows("b", &[1; 600]);
+        let (a, b) = (view(&a), view(&b));
+        // `take: 500` against `total: 300`: once 500 rows and a weighted source with quota 0.
+        let m = mix(MixTarget::Rows, 300);
+        let err = allocate(
+            Some(&m),
+            0,
+            &[
+                supply("big", None, Some(500), &a),
+                supply("w", Some(1.0), None, &b),
+            ],
+        )
+        .expect_err("over the total");
+        assert_eq!(
+            err.to_string(),
+            "the sources served first in the mix (`big`: `take: 500`) give 500 rows, more than \
+             its total of 300 rows: lower their `take`s, raise `total`, or give them a `weight` \
+             instead"
+        );
+        // All of the total, with a weighted source waiting.
+        let err = allocate(
+            Some(&m),
+            0,
+            &[
+                supply("t", None, Some(300), &a),
+                supply("w", Some(1.0), None, &b),
+            ],
+        )
+        .expect_err("nothing left");
+        assert_eq!(
+            err.to_string(),
+            "the sources served first in the mix (`t`: `take: 300`) give 300 rows, the mix's \
+             whole total, leaving nothing for the weighted sources (`w`): lower the `take`s or \
+             raise `total`"
+        );
+        // A source with neither `take` nor `weight` gives all its rows: too many is an error.
+        let err = allocate(Some(&m), 0, &[supply("all", None, None, &a)]).expect_err("600 rows");
+        assert!(
+            err.to_string()
+                .contains("(`all`: all its rows) give 600 rows"),
+            "{err}"
+        );
+        // Exactly the total with nobody waiting is fine.
+        let got = allocate(Some(&m), 0, &[supply("t", None, Some(300), &a)]).expect("fits");
+        assert_eq!(originals(&got), [300]);
     }
 
     #[test]
@@ -903,6 +1137,11 @@ mod tests {
             Err(AllocError::Shortfall {
                 source: "b".into(),
                 quota: 11,
+                unit: "rows",
+                take: false,
+                rows: 4,
+                amount: 4,
+                repeats: 1,
                 available: 8
             })
         );

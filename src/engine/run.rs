@@ -636,14 +636,9 @@ impl Context<'_> {
                 shown,
                 scanned,
             } => {
-                let display = &self.plan.sources[index].display_files[file as usize];
+                let name = &self.plan.sources[index].selection_names[file as usize];
                 let at = (file, row, shown);
-                ScanOutcome::Candidate(ledger.candidate(
-                    index,
-                    at,
-                    selection_name(display),
-                    scanned,
-                ))
+                ScanOutcome::Candidate(ledger.candidate(index, at, name, scanned))
             }
             RowEvent::Worked { .. } => {
                 return Err(RunError::Curate(
@@ -1088,23 +1083,6 @@ enum Event<T> {
     ReadDone(std::thread::Result<Result<(), ReadError>>),
 }
 
-/// The name of an input file in its selection keys (CURATION.md: "file name"): its base name,
-/// or for a Hub file its path in the repo; never where the checkout or the cache is, nor the
-/// commit, so that the same file keeps the same sample wherever it is read from.
-fn selection_name(display: &str) -> &str {
-    if let Some(rest) = display.strip_prefix("hf://") {
-        // `hf://<kind>s/<owner>/<name>@<commit>/<path>`
-        return rest
-            .split_once('@')
-            .and_then(|(_, after)| after.split_once('/'))
-            .map_or(display, |(_, path)| path);
-    }
-    std::path::Path::new(display)
-        .file_name()
-        .and_then(|n| n.to_str())
-        .unwrap_or(display)
-}
-
 /// How many entries of `wanted` (sorted, copies of a row together) the first `rows` distinct
 /// rows take.
 fn distinct_prefix(wanted: &[Wanted], rows: u64) -> usize {
@@ -1208,7 +1186,7 @@ fn write_note(w: &mut dyn Write, plan: &Plan, note: &RowNote, name: &str) -> Res
 
 #[cfg(test)]
 mod tests {
-    use super::{selection_name, LastSegment, MIN_SEGMENT_INTERVAL};
+    use super::{LastSegment, MIN_SEGMENT_INTERVAL};
     use std::time::{Duration, Instant};
 
     #[test]
@@ -1238,18 +1216,5 @@ mod tests {
         };
         assert!((6..10_000).all(|rows| !every_row.due(rows, 1, soon)));
         assert!(every_row.due(10_000, 1, later));
-    }
-
-    #[test]
-    fn selection_names_do_not_depend_on_where_a_file_is_read_from() {
-        assert_eq!(selection_name("../data/chat.jsonl"), "chat.jsonl");
-        assert_eq!(
-            selection_name("/home/me/checkout/data/chat.jsonl"),
-            "chat.jsonl"
-        );
-        assert_eq!(
-            selection_name("hf://datasets/Open-Orca/OpenOrca@0123abcd/data/1M-GPT4.parquet"),
-            "data/1M-GPT4.parquet"
-        );
     }
 }

@@ -79,6 +79,8 @@ pub struct SourcePlan {
     pub files: Vec<PathBuf>,
     /// The files as written in the pipeline (relative paths), for manifests and reject files.
     pub display_files: Vec<String>,
+    /// Each file's name in its rows' selection keys ([`selection_names`]).
+    pub selection_names: Vec<String>,
     pub adapter: Adapter,
     /// Rows to keep (`None`: all, or the source's share of the mix).
     pub take: Option<u64>,
@@ -335,6 +337,7 @@ pub fn compile(path: &Path, access: HubAccess) -> Result<Plan, PlanError> {
         if let Err(e) = mix.check() {
             errors.push(e);
         }
+        errors.extend(takes_against_mix(mix, &config.sources));
     }
     let (mask, policy) = config
         .mask
@@ -402,6 +405,64 @@ pub fn compile(path: &Path, access: HubAccess) -> Result<Plan, PlanError> {
     }
 }
 
+impl Plan {
+    /// A check's message about the pipeline (`sources[i].take: ...`), prefixed with the
+    /// pipeline's path and the line it is about where the text shows it.
+    pub fn at_line(&self, message: &str) -> String {
+        match error_line(&self.pipeline_yaml, message) {
+            Some(line) => format!("{}:{line}: {message}", self.path.display()),
+            None => format!("{}: {message}", self.path.display()),
+        }
+    }
+}
+
+/// `take`s a row mix cannot honour, at the line of the `take` (or `weight`) concerned: a mix never
+/// gives more than its total, nor nothing to a weighted source. (Token targets and sources with
+/// neither `take` nor `weight` are known only once their rows are; the allocation checks those.)
+fn takes_against_mix(
+    mix: &crate::curate::select::MixConfig,
+    sources: &[SourceConfig],
+) -> Vec<String> {
+    if mix.target != crate::curate::select::MixTarget::Rows {
+        return Vec::new();
+    }
+    let total = mix.total;
+    let mut errors = Vec::new();
+    let mut served = 0u64;
+    let mut named = Vec::new();
+    for (i, s) in sources.iter().enumerate() {
+        let Take::Rows(n) = s.take else { continue };
+        let before = served;
+        served = served.saturating_add(n);
+        named.push(format!("`{}`", s.name));
+        if n > total {
+            errors.push(format!(
+                "sources[{i}].take: `take: {n}` of `{}` is more than the mix's `total: {total}` \
+                 (a mix never gives more than its total): lower it, or give the source a \
+                 `weight` instead",
+                s.name
+            ));
+        } else if served > total && before <= total {
+            errors.push(format!(
+                "sources[{i}].take: the `take`s of {} add up to {served} rows, more than the \
+                 mix's `total: {total}`: lower them, or give the sources `weight`s instead",
+                named.join(", ")
+            ));
+        }
+    }
+    let weighted = sources
+        .iter()
+        .position(|s| s.take == Take::All && s.weight.is_some());
+    if let (Some(i), true) = (weighted, served == total) {
+        errors.push(format!(
+            "sources[{i}].weight: the `take`s of {} add up to the mix's whole `total: {total}`, \
+             leaving nothing for the weighted sources: lower the `take`s or raise `total`",
+            named.join(", ")
+        ));
+    }
+    errors
+}
+
 /// The line of the pipeline a check's message is about, found in the text: the `- ` item of
 /// `sources[i]`, or the top-level key the message starts with. `None` where the text does not
 /// show it (flow style, or a message about no one key).
@@ -413,31 +474,20 @@ fn error_line(source: &[u8], message: &str) -> Option<usize> {
             .map(|i| i + 1)
     };
     if let Some(rest) = message.strip_prefix("sources[") {
-        let index: usize = rest.split_once(']')?.0.parse().ok()?;
-        let start = top("sources")?;
-        // The list's items: `- ` at the indentation of the first one, until the next top-level
-        // key.
-        let mut indent = None;
-        let mut seen = 0;
-        for (i, l) in text.lines().enumerate().skip(start) {
-            let trimmed = l.trim_start();
-            let at = l.len() - trimmed.len();
-            if !l.trim().is_empty()
-                && !trimmed.starts_with('#')
-                && at == 0
-                && !trimmed.starts_with('-')
-            {
-                return None;
-            }
-            let item = trimmed.starts_with("- ") || trimmed == "-";
-            if item && *indent.get_or_insert(at) == at {
-                if seen == index {
-                    return Some(i + 1);
-                }
-                seen += 1;
-            }
+        let (index, after) = rest.split_once(']')?;
+        let index: usize = index.parse().ok()?;
+        let item = source_item_line(text, index, top("sources")?)?;
+        // `sources[i].key: ...`: the key's own line within the item, where it has one.
+        let key: String = after
+            .strip_prefix('.')
+            .unwrap_or_default()
+            .chars()
+            .take_while(|c| c.is_ascii_lowercase() || *c == '_')
+            .collect();
+        if key.is_empty() {
+            return Some(item);
         }
-        return None;
+        return Some(source_key_line(text, item, &key).unwrap_or(item));
     }
     let key: String = message
         .trim_start_matches('`')
@@ -448,6 +498,53 @@ fn error_line(source: &[u8], message: &str) -> Option<usize> {
         return None;
     }
     top(&key)
+}
+
+/// The line (1-based) of the `- ` item of `sources[index]`; `start`: the `sources:` line.
+fn source_item_line(text: &str, index: usize, start: usize) -> Option<usize> {
+    // The list's items: `- ` at the indentation of the first one, until the next top-level
+    // key.
+    let mut indent = None;
+    let mut seen = 0;
+    for (i, l) in text.lines().enumerate().skip(start) {
+        let trimmed = l.trim_start();
+        let at = l.len() - trimmed.len();
+        if !l.trim().is_empty() && !trimmed.starts_with('#') && at == 0 && !trimmed.starts_with('-')
+        {
+            return None;
+        }
+        let item = trimmed.starts_with("- ") || trimmed == "-";
+        if item && *indent.get_or_insert(at) == at {
+            if seen == index {
+                return Some(i + 1);
+            }
+            seen += 1;
+        }
+    }
+    None
+}
+
+/// The line of `key:` inside the source item starting at line `item` (block style only).
+fn source_key_line(text: &str, item: usize, key: &str) -> Option<usize> {
+    let lines: Vec<&str> = text.lines().collect();
+    let first = lines.get(item - 1)?;
+    let dash = first.len() - first.trim_start().len();
+    for (i, l) in lines.iter().enumerate().skip(item - 1) {
+        let trimmed = l.trim_start();
+        let at = l.len() - trimmed.len();
+        if i + 1 > item && !trimmed.is_empty() && !trimmed.starts_with('#') && at <= dash {
+            return None;
+        }
+        let body = if i + 1 == item {
+            trimmed.strip_prefix('-')?.trim_start()
+        } else {
+            trimmed
+        };
+        if body.strip_prefix(key).is_some_and(|r| r.starts_with(':')) {
+            return Some(i + 1);
+        }
+    }
+    None
 }
 
 /// Reads an input file, or says what the path is instead (a directory, a FIFO, which would
@@ -483,6 +580,7 @@ fn compile_source(
             name: source.name.clone(),
             files: files.iter().map(|f| f.local.clone()).collect(),
             display_files: files.iter().map(|f| f.display.clone()).collect(),
+            selection_names: selection_names(files.iter().map(|f| f.display.as_str())),
             adapter,
             take: match source.take {
                 Take::All => None,
@@ -499,6 +597,52 @@ fn compile_source(
             Err(errors)
         }
     }
+}
+
+/// The names of a source's files in their rows' selection keys (CURATION.md: "file name"): for
+/// a Hub file its path in the repo; for local files the path relative to the folder all the
+/// source's files share (a single file: its base name). Never where the checkout or the cache
+/// is, nor the commit, so the same tree keeps the same sample wherever it is read from; yet two
+/// files with the same base name in different folders get different keys.
+pub fn selection_names<'a>(displays: impl Iterator<Item = &'a str> + Clone) -> Vec<String> {
+    use std::path::Component;
+    // A path's components as written, `./` steps left out (they name no folder).
+    let parts = |display: &'a str| {
+        Path::new(display)
+            .components()
+            .filter(|c| !matches!(c, Component::CurDir))
+    };
+    // How many leading folders every local file shares (never the file name itself).
+    let common = displays
+        .clone()
+        .filter(|d| !d.starts_with("hf://"))
+        .map(|d| parts(d).collect::<Vec<_>>())
+        .reduce(|mut shared, next| {
+            let same = shared.iter().zip(&next).take_while(|(a, b)| a == b).count();
+            shared.truncate(same);
+            shared
+        })
+        .map_or(0, |shared| shared.len());
+    displays
+        .map(|display| {
+            if let Some(rest) = display.strip_prefix("hf://") {
+                // `hf://<kind>s/<owner>/<name>@<commit>/<path>`
+                return rest
+                    .split_once('@')
+                    .and_then(|(_, after)| after.split_once('/'))
+                    .map_or(display, |(_, path)| path)
+                    .to_owned();
+            }
+            let parts: Vec<_> = parts(display).collect();
+            // A file's own name stays in its key even when it is the only file.
+            let skip = common.min(parts.len().saturating_sub(1));
+            parts[skip..]
+                .iter()
+                .collect::<PathBuf>()
+                .to_string_lossy()
+                .into_owned()
+        })
+        .collect()
 }
 
 /// Source options that are neither column nor tag mappings (`SourceConfig` fields).
@@ -634,4 +778,50 @@ fn unused_tags(tags: &TagsConfig, unused: &mut impl FnMut(&str, bool)) {
     .iter()
     .any(|v| v.is_some());
     unused("tags", any);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::selection_names;
+
+    fn names(displays: &[&str]) -> Vec<String> {
+        selection_names(displays.iter().copied())
+    }
+
+    #[test]
+    fn a_single_file_is_keyed_by_its_base_name_wherever_it_is() {
+        assert_eq!(names(&["../data/chat.jsonl"]), ["chat.jsonl"]);
+        assert_eq!(
+            names(&["/home/me/checkout/data/chat.jsonl"]),
+            ["chat.jsonl"]
+        );
+        assert_eq!(names(&["chat.jsonl"]), ["chat.jsonl"]);
+    }
+
+    #[test]
+    fn files_are_keyed_by_their_path_below_the_shared_folder() {
+        let moved = [
+            names(&["data/x/part.jsonl", "data/y/part.jsonl"]),
+            names(&["./x/part.jsonl", "y/part.jsonl"]),
+            names(&["/srv/corpus/x/part.jsonl", "/srv/corpus/y/part.jsonl"]),
+        ];
+        for keys in moved {
+            assert_eq!(keys, ["x/part.jsonl", "y/part.jsonl"]);
+        }
+        assert_eq!(
+            names(&["d/a.jsonl", "d/sub/a.jsonl"]),
+            ["a.jsonl", "sub/a.jsonl"]
+        );
+    }
+
+    #[test]
+    fn hub_files_are_keyed_by_their_path_in_the_repo() {
+        assert_eq!(
+            names(&[
+                "hf://datasets/Open-Orca/OpenOrca@0123abcd/data/1M-GPT4.parquet",
+                "hf://datasets/Open-Orca/OpenOrca@0123abcd/data/3_5M.parquet",
+            ]),
+            ["data/1M-GPT4.parquet", "data/3_5M.parquet"]
+        );
+    }
 }
