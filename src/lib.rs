@@ -18,6 +18,7 @@ pub mod printer;
 pub mod process;
 pub mod progress;
 pub mod read;
+pub mod regenerate;
 pub mod reject;
 pub mod render;
 pub mod report;

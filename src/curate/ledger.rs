@@ -85,6 +85,8 @@ pub struct KeptWork {
     /// Byte range of its line in `conversations.jsonl` (so a row that ends up not selected can
     /// be left out of it).
     pub line: (u64, u32),
+    /// Its regeneration requests (`regenerate:`), zero otherwise.
+    pub regen: crate::report::RegenTally,
 }
 
 /// Where one source stands.
@@ -593,6 +595,7 @@ impl Ledger {
                     }
                     Some(Work::Rejected(r)) => {
                         *stats.rejected.entry(r.reason).or_default() += 1;
+                        stats.regenerate += &crate::report::RegenTally::of_reject(r);
                         settled.rejects.push(RowNote {
                             source: i,
                             file: c.file,
@@ -706,6 +709,7 @@ fn add_kept(stats: &mut SourceStats, k: &KeptWork, original: bool) {
     stats.truncated_rows += u64::from(k.truncated_rows);
     stats.mask_boundary_merged += u64::from(k.boundary_merged_rows);
     if original {
+        stats.regenerate += &k.regen;
         stats.encoder_checked_rows += u64::from(k.encoder_checked);
         stats.renderer_checked_rows += u64::from(k.renderer_checked);
         for r in k.repairs.iter() {

@@ -59,6 +59,10 @@ pub struct PipelineConfig {
     /// A mix target shared by the sources' `weight`s; without it each source keeps its `take`.
     #[serde(default)]
     pub mix: Option<crate::curate::select::MixConfig>,
+    /// On-policy regeneration of the selected rows' assistant turns by a served model; off
+    /// when absent (docs/on-policy.md).
+    #[serde(default)]
+    pub regenerate: Option<crate::regenerate::RegenerateConfig>,
     pub sources: Vec<SourceConfig>,
     pub output: OutputConfig,
 }
@@ -190,6 +194,10 @@ pub struct SourceConfig {
     /// reason `unresolved`, counted but not written as rejects).
     #[serde(default)]
     pub resolved_only: Option<bool>,
+    /// `false` (the dataset's own answers), `true` (the pipeline's `regenerate:`) or a section
+    /// of its own; absent: the pipeline's, if any.
+    #[serde(default)]
+    pub regenerate: Option<crate::regenerate::SourceRegenerate>,
 }
 
 /// A `format:` value. Each source-specific format's module docs (`src/adapt/`) list its

@@ -85,6 +85,8 @@ pub struct SourcePlan {
     pub weight: Option<f64>,
     /// The global filters, then the source's own.
     pub filters: crate::curate::filters::Filters,
+    /// On-policy regeneration of the selected rows (`regenerate:`), if on for this source.
+    pub regenerate: Option<crate::regenerate::Settings>,
 }
 
 /// Benchmark decontamination with its files resolved.
@@ -274,8 +276,18 @@ pub fn compile(path: &Path, access: HubAccess) -> Result<Plan, PlanError> {
                 errors.push(format!("sources[{i}]: {e}"));
             }
         }
+        let regenerate = crate::regenerate::resolve(
+            config.regenerate.as_ref(),
+            source.regenerate.as_ref(),
+            i,
+            base,
+            &base.join(&config.output.dir),
+        )
+        .map_err(|e| errors.extend(e))
+        .ok()
+        .flatten();
         match compile_source(&inputs.sources[i], source, &config.filters) {
-            Ok(s) => sources.push(s),
+            Ok(s) => sources.push(SourcePlan { regenerate, ..s }),
             Err(e) => errors.extend(
                 e.into_iter()
                     .map(|e| format!("sources[{i}] (`{}`): {e}", source.name)),
@@ -461,6 +473,7 @@ fn compile_source(
             sample: source.sample,
             weight: source.weight,
             filters,
+            regenerate: None,
         }),
         (Ok(_), _) => Err(errors),
         (Err(e), _) => {
