@@ -254,6 +254,12 @@ pub fn run_journaled(
         curator.dedup.is_some(),
         curator.bands(),
     );
+    // A regenerated row costs generation requests: no slack is worked beyond the estimate.
+    for (i, source) in plan.sources.iter().enumerate() {
+        if source.regenerate.is_some() {
+            ledger.lean(i);
+        }
+    }
     let parts = parts.map(Mutex::new);
     // Servers checked before any work (src/regenerate).
     let regen = crate::regenerate::Regenerator::start(

@@ -108,6 +108,9 @@ struct SourceLedger {
     copies: BTreeMap<u32, Vec<u32>>,
     /// Work outcomes of the copies, by (local index, copy).
     copy_work: BTreeMap<(u32, u32), KeptWork>,
+    /// Queue no slack beyond the estimate: working a row is costly (`regenerate:` sends it to
+    /// a server), so a shortfall is asked for again instead.
+    lean: bool,
 }
 
 /// How a source is selected.
@@ -422,7 +425,17 @@ impl Ledger {
             0 => 1.0,
             _ => (kept as f64 / tried as f64).max(0.01),
         };
+        if s.lean {
+            return (rows as f64 / keep_rate).ceil() as usize;
+        }
         ((rows as f64 / keep_rate * 1.05).ceil() as usize).saturating_add(32)
+    }
+
+    /// Makes [`Self::rows_for`] queue no fixed slack for `source` (its rows are regenerated).
+    pub fn lean(&mut self, source: usize) {
+        if let Some(s) = self.sources.get_mut(source) {
+            s.lean = true;
+        }
     }
 
     /// Rows of `source` to queue for about `amount` of the mix's target unit: the amount per
