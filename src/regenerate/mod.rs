@@ -600,3 +600,63 @@ fn row(segment: usize, g: &Generation) -> Tokenized {
         origin: Origin::Reference,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::conversation::ToolCall;
+
+    #[test]
+    fn a_rejected_conversation_accounts_for_its_turns() {
+        let r = Reject::regenerate(RejectReason::RegenError, 2, 5, "HTTP 500: x");
+        assert_eq!(r.message, "assistant turn 2 of 5: HTTP 500: x");
+        let t = RegenTally::of_reject(&r);
+        assert_eq!(
+            (t.requested, t.succeeded, t.errored, t.skipped),
+            (5, 1, 1, 3)
+        );
+        assert!(t.balanced());
+        let m = Reject::regenerate(RejectReason::RenderMismatch, 1, 1, "at token 3");
+        let m = RegenTally::of_reject(&m);
+        assert_eq!((m.succeeded, m.render_mismatch, m.skipped), (1, 1, 0));
+        assert!(m.balanced());
+        let other = Reject::new(RejectReason::Template, "assistant turn 1 of 2: x");
+        assert!(RegenTally::of_reject(&other).is_zero());
+    }
+
+    #[test]
+    fn the_server_gets_arguments_as_json_text_and_rows_mask_the_prompt() {
+        let mut args = indexmap::IndexMap::new();
+        args.insert("city".to_owned(), Value::String("Paris".into()));
+        let history = Conversation {
+            messages: vec![
+                Message::user("weather?"),
+                Message::assistant("").with_tool_calls(vec![ToolCall {
+                    id: None,
+                    name: "w".into(),
+                    arguments: args,
+                }]),
+            ],
+            tools: Vec::new(),
+        };
+        let m = server_messages(&history);
+        assert_eq!(
+            m[1]["tool_calls"][0]["function"]["arguments"],
+            r#"{"city":"Paris"}"#
+        );
+        let g = Generation {
+            prompt_ids: vec![1, 2, 3],
+            completion_ids: vec![4, 5],
+            content: None,
+            reasoning: None,
+            tool_calls: Vec::new(),
+            finish_reason: "stop".into(),
+            fingerprint: None,
+        };
+        let r = row(2, &g);
+        assert_eq!(
+            (r.ids, r.mask, r.segment),
+            (vec![1, 2, 3, 4, 5], vec![0, 0, 0, 1, 1], 2)
+        );
+    }
+}
