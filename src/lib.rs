@@ -28,6 +28,7 @@ pub mod model;
 pub mod plan;
 pub mod printer;
 pub mod read;
+pub mod regenerate;
 pub mod reject;
 pub mod render;
 pub mod report;

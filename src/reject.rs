@@ -56,6 +56,12 @@ pub enum RejectReason {
     StrayRoleMarker,
     /// The record is larger than `max_row_bytes` (not held in memory where the format allows).
     TooLarge,
+    /// `regenerate`: the server's prompt ids differ from chatshards' render of the same messages.
+    RenderMismatch,
+    /// `regenerate`: a request failed for good (after its retries).
+    RegenError,
+    /// `regenerate`: the first generation stopped at `max_tokens` under `truncated: drop`.
+    RegenTruncated,
 }
 
 impl RejectReason {
@@ -84,6 +90,9 @@ impl RejectReason {
             RejectReason::OrphanToolResponse => "orphan_tool_response",
             RejectReason::StrayRoleMarker => "stray_role_marker",
             RejectReason::TooLarge => "too_large",
+            RejectReason::RenderMismatch => "render_mismatch",
+            RejectReason::RegenError => "regen_error",
+            RejectReason::RegenTruncated => "regen_truncated",
         }
     }
 }
@@ -107,6 +116,36 @@ impl Reject {
             reason,
             message: message.into(),
         }
+    }
+
+    /// A regeneration failure at assistant turn `turn` (1-based) of the `planned` ones: the
+    /// message starts with both, and the request accounting reads them back
+    /// ([`Self::regenerate_turn`]), so that it survives a resumed build's journal.
+    pub fn regenerate(
+        reason: RejectReason,
+        turn: u64,
+        planned: u64,
+        detail: impl fmt::Display,
+    ) -> Self {
+        Reject::new(
+            reason,
+            format!("assistant turn {turn} of {planned}: {detail}"),
+        )
+    }
+
+    /// `(turn, planned)` of a [`Self::regenerate`] reject.
+    pub fn regenerate_turn(&self) -> Option<(u64, u64)> {
+        use RejectReason as R;
+        if !matches!(
+            self.reason,
+            R::RenderMismatch | R::RegenError | R::RegenTruncated
+        ) {
+            return None;
+        }
+        let rest = self.message.strip_prefix("assistant turn ")?;
+        let (turn, rest) = rest.split_once(" of ")?;
+        let (planned, _) = rest.split_once(':')?;
+        Some((turn.parse().ok()?, planned.parse().ok()?))
     }
 }
 
@@ -290,6 +329,9 @@ mod tests {
             R::OrphanToolResponse,
             R::StrayRoleMarker,
             R::TooLarge,
+            R::RenderMismatch,
+            R::RegenError,
+            R::RegenTruncated,
         ] {
             assert_eq!(serde_name(r), r.code());
         }

@@ -85,6 +85,8 @@ pub struct KeptWork {
     /// Byte range of its line in `conversations.jsonl` (so a row that ends up not selected can
     /// be left out of it).
     pub line: (u64, u32),
+    /// Its regeneration requests (`regenerate:`), zero otherwise.
+    pub regen: crate::report::RegenTally,
 }
 
 /// Where one source stands.
@@ -106,6 +108,9 @@ struct SourceLedger {
     copies: BTreeMap<u32, Vec<u32>>,
     /// Work outcomes of the copies, by (local index, copy).
     copy_work: BTreeMap<(u32, u32), KeptWork>,
+    /// Queue no slack beyond the estimate: working a row is costly (`regenerate:` sends it to
+    /// a server), so a shortfall is asked for again instead.
+    lean: bool,
 }
 
 /// How a source is selected.
@@ -420,7 +425,17 @@ impl Ledger {
             0 => 1.0,
             _ => (kept as f64 / tried as f64).max(0.01),
         };
+        if s.lean {
+            return (rows as f64 / keep_rate).ceil() as usize;
+        }
         ((rows as f64 / keep_rate * 1.05).ceil() as usize).saturating_add(32)
+    }
+
+    /// Makes [`Self::rows_for`] queue no fixed slack for `source` (its rows are regenerated).
+    pub fn lean(&mut self, source: usize) {
+        if let Some(s) = self.sources.get_mut(source) {
+            s.lean = true;
+        }
     }
 
     /// Rows of `source` to queue for about `amount` of the mix's target unit: the amount per
@@ -606,6 +621,7 @@ impl Ledger {
                     }
                     Some(Work::Rejected(r)) => {
                         *stats.rejected.entry(r.reason).or_default() += 1;
+                        stats.regenerate += &crate::report::RegenTally::of_reject(r);
                         settled.rejects.push(RowNote {
                             source: i,
                             file: c.file,
@@ -719,6 +735,7 @@ fn add_kept(stats: &mut SourceStats, k: &KeptWork, original: bool) {
     stats.truncated_rows += u64::from(k.truncated_rows);
     stats.mask_boundary_merged += u64::from(k.boundary_merged_rows);
     if original {
+        stats.regenerate += &k.regen;
         stats.encoder_checked_rows += u64::from(k.encoder_checked);
         stats.renderer_checked_rows += u64::from(k.renderer_checked);
         for r in k.repairs.iter() {

@@ -116,11 +116,15 @@ pub enum RunError {
     Journal(#[from] JournalError),
     #[error(transparent)]
     Part(#[from] PartError),
+    #[error(transparent)]
+    Regenerate(#[from] crate::regenerate::RegenerateError),
 }
 
 /// What a run produced besides the spilled rows.
 pub struct RunOutput {
     pub settled: Settled,
+    /// `regenerate:` records by source index, and a closing line, when a source regenerates.
+    pub regenerate: Option<(Vec<Option<crate::regenerate::Report>>, String)>,
 }
 
 /// Runs every source of the plan on `pool`. Call it from outside the pool: this thread
@@ -166,6 +170,7 @@ pub fn scan_part(
         pool,
         progress,
         parts: None,
+        regen: None,
     };
     for index in 0..plan.sources.len() {
         progress.pass_started(index, Pass::Scan);
@@ -255,7 +260,25 @@ pub fn run_journaled(
         curator.dedup.is_some(),
         curator.bands(),
     );
+    // A regenerated row costs generation requests: no slack is worked beyond the estimate.
+    for (i, source) in plan.sources.iter().enumerate() {
+        if source.regenerate.is_some() {
+            ledger.lean(i);
+        }
+    }
     let parts = parts.map(Mutex::new);
+    // Servers checked before any work (src/regenerate).
+    let regen = crate::regenerate::Regenerator::start(
+        plan.sources.iter().map(|s| s.regenerate.clone()).collect(),
+        &plan.template.source,
+        &plan.template.kwargs,
+        plan.template.engine,
+        processor.tokenizer.clone(),
+        crate::regenerate::Limits {
+            max_tokens: plan.max_tokens,
+            min_supervised_tokens: plan.min_supervised_tokens,
+        },
+    )?;
     let ctx = Context {
         plan,
         processor,
@@ -264,6 +287,7 @@ pub fn run_journaled(
         pool,
         progress,
         parts: parts.as_ref(),
+        regen: regen.as_ref(),
     };
     let restored = journal.positions()?.unwrap_or_default();
     let mut out = Out {
@@ -328,7 +352,11 @@ pub fn run_journaled(
     for (source, stats) in plan.sources.iter().zip(&settled.stats) {
         progress.source_finished(&source.name, stats);
     }
-    Ok(RunOutput { settled })
+    let regenerate = regen.map(|r| (r.reports(), r.summary()));
+    Ok(RunOutput {
+        settled,
+        regenerate,
+    })
 }
 
 fn poisoned() -> RunError {
@@ -372,6 +400,8 @@ struct Context<'a> {
     progress: &'a dyn Progress,
     /// A merge: the scans replay these parts' records instead of reading the inputs.
     parts: Option<&'a Mutex<Parts>>,
+    /// On-policy regeneration, when a source has `regenerate:`.
+    regen: Option<&'a crate::regenerate::Regenerator>,
 }
 
 /// The writers of the passes, their running positions and the journal.
@@ -485,6 +515,8 @@ struct WorkDone {
     outcome: Outcome<Vec<KeptCopy>>,
     /// The token filter that dropped every row of a kept conversation.
     token_filtered: Option<Dropped>,
+    /// Its regeneration requests (`regenerate:`).
+    regen: crate::report::RegenTally,
 }
 
 /// One copy of a kept conversation, serialized on the worker that made it, so that the
@@ -744,8 +776,9 @@ impl Context<'_> {
                     Outcome::Kept(kept) => {
                         for copy in kept {
                             let number = copy.copy;
-                            let kept = self.keep(copy, out)?;
+                            let mut kept = self.keep(copy, out)?;
                             tokens += kept.tokens;
+                            kept.regen = done_row.regen;
                             let (file, row) = (r.file, r.row);
                             let work = Work::Kept(kept);
                             record_work(&mut recorder, ledger, index, (file, row, number), work)?;
@@ -793,26 +826,64 @@ impl Context<'_> {
                 Err(detail) => rows.push((file, row, Err(detail))),
             }
         }
-        let mut batch: Vec<(&Conversation, SpotChecks)> = conversations
-            .iter()
-            .map(|(c, _, checks)| (c, *checks))
-            .collect();
-        let outcomes = self.processor.process_batch(&mut batch, self.timings);
-        let checked: Vec<SpotChecks> = batch.into_iter().map(|(_, checks)| checks).collect();
+        // --- regenerate hook: a regenerated source's rows are the server's ids, and its
+        // conversations (for `conversations.jsonl`) carry the regenerated turns.
+        let regen = self.regen.filter(|r| r.applies(index));
+        let mut tallies = vec![crate::report::RegenTally::default(); conversations.len()];
+        let (outcomes, checked) = if let Some(regen) = regen {
+            let batch: Vec<&Conversation> = conversations.iter().map(|(c, ..)| c).collect();
+            let done = self
+                .timings
+                .time(PoolStage::Render, || regen.process_batch(index, &batch));
+            let mut outcomes = Vec::with_capacity(done.len());
+            let each = done
+                .into_iter()
+                .zip(conversations.iter_mut())
+                .zip(&mut tallies);
+            for ((d, (conversation, ..)), tally) in each {
+                if let Some(regenerated) = d.conversation {
+                    *conversation = regenerated;
+                }
+                *tally = d.tally;
+                outcomes.push(d.outcome);
+            }
+            (outcomes, vec![SpotChecks::default(); conversations.len()])
+        } else {
+            let mut batch: Vec<(&Conversation, SpotChecks)> = conversations
+                .iter()
+                .map(|(c, _, checks)| (c, *checks))
+                .collect();
+            let outcomes = self.processor.process_batch(&mut batch, self.timings);
+            (
+                outcomes,
+                batch.into_iter().map(|(_, checks)| checks).collect(),
+            )
+        };
+        // --- end of the regenerate hook
         let mut parts: Vec<_> = outcomes
             .into_iter()
             .zip(checked)
             .zip(conversations)
-            .map(|((outcome, checked), (conversation, repairs, _))| {
-                let (outcome, token_filtered) = match outcome {
-                    Outcome::Kept(rows) => match self.curator.token_filters(index, rows) {
-                        Ok(rows) => (Outcome::Kept(rows), None),
-                        Err(dropped) => (Outcome::Kept(Vec::new()), Some(dropped)),
-                    },
-                    other => (other, None),
-                };
-                (outcome, token_filtered, conversation, repairs, checked)
-            })
+            .zip(tallies)
+            .map(
+                |(((outcome, checked), (conversation, repairs, _)), regen)| {
+                    let (outcome, token_filtered) = match outcome {
+                        Outcome::Kept(rows) => match self.curator.token_filters(index, rows) {
+                            Ok(rows) => (Outcome::Kept(rows), None),
+                            Err(dropped) => (Outcome::Kept(Vec::new()), Some(dropped)),
+                        },
+                        other => (other, None),
+                    };
+                    (
+                        outcome,
+                        token_filtered,
+                        conversation,
+                        repairs,
+                        checked,
+                        regen,
+                    )
+                },
+            )
             .collect::<Vec<_>>()
             .into_iter()
             .zip(
@@ -820,7 +891,10 @@ impl Context<'_> {
                     .filter_map(|(file, row, at)| at.is_ok().then_some((*file, *row))),
             )
             .map(
-                |((outcome, token_filtered, conversation, repairs, checked), (file, row))| {
+                |(
+                    (outcome, token_filtered, conversation, repairs, checked, regen),
+                    (file, row),
+                )| {
                     let outcome = match outcome {
                         Outcome::Kept(rows) if token_filtered.is_none() => {
                             let copies = copies_of(wanted, file, row);
@@ -843,6 +917,7 @@ impl Context<'_> {
                     Some(WorkDone {
                         outcome,
                         token_filtered,
+                        regen,
                     })
                 },
             )

@@ -235,6 +235,7 @@ fn build(
         .context("failed to write conversations.jsonl")?;
     drop(conversations);
     let settled = run.settled;
+    let run_regenerate = run.regenerate;
     // Written in the working directory (a resumed build goes on from it), copied into the
     // output without the conversations that were not selected.
     let final_conversations = staging.join("conversations.jsonl");
@@ -347,7 +348,7 @@ fn build(
     )?;
     let pipeline = record_pipeline(plan, out, &staging)?;
     let files = summarize_files(&staging, side_files)?;
-    let manifest = manifest(
+    let mut manifest = manifest(
         plan,
         Outputs {
             sources: named,
@@ -361,6 +362,16 @@ fn build(
         processor.renderer.native(),
         settled.mix,
     )?;
+    if let Some((reports, summary)) = &run_regenerate {
+        manifest.regenerate = Some(
+            plan.sources
+                .iter()
+                .zip(reports)
+                .filter_map(|(s, r)| Some((s.name.clone(), r.clone()?)))
+                .collect(),
+        );
+        printer.info(summary);
+    }
     let manifest_json = write::pretty(&write::manifest::sealed(serde_json::to_value(&manifest)?));
     write_file(&staging.join("manifest.json"), &manifest_json)?;
     crate::report::files::write_report(&staging)?;
@@ -802,6 +813,7 @@ fn manifest(
             target,
             sources: mix.into_iter().map(|l| (l.source.clone(), l)).collect(),
         }),
+        regenerate: None,
         shards,
         files: output_files,
     })

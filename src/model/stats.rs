@@ -39,6 +39,82 @@ pub struct SourceStats {
     pub encoder_checked_rows: u64,
     /// Source rows whose native render was also made with minijinja and matched.
     pub renderer_checked_rows: u64,
+    /// The requests of on-policy regeneration (`regenerate:`), over the rows counted above;
+    /// absent for a source without it.
+    #[serde(skip_serializing_if = "RegenTally::is_zero")]
+    pub regenerate: RegenTally,
+}
+
+/// The generation requests of regenerated conversations: every assistant turn planned for
+/// regeneration is `requested`, and `requested = succeeded + errored + truncated + skipped`
+/// (`skipped`: never asked for, because its conversation ended earlier).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct RegenTally {
+    /// Conversations sent to regeneration.
+    pub conversations: u64,
+    pub requested: u64,
+    pub succeeded: u64,
+    pub errored: u64,
+    /// Generations that stopped at `max_tokens` (kept or dropped by `regenerate.truncated`).
+    pub truncated: u64,
+    pub skipped: u64,
+    /// Conversations whose server prompt differed from chatshards' render (rejected).
+    pub render_mismatch: u64,
+    /// Conversations ended by a regenerated tool call that the dataset's results cannot answer.
+    pub unpaired_tool_calls: u64,
+    /// Completion tokens in the regenerated rows.
+    pub generated_tokens: u64,
+}
+
+impl RegenTally {
+    pub fn is_zero(&self) -> bool {
+        *self == RegenTally::default()
+    }
+    /// The requests of a conversation that regeneration rejected at turn k of n: the k-1 turns
+    /// before it succeeded (a truncation or an error ends a conversation), the failing one is
+    /// counted by its reason, the n-k after it were skipped.
+    pub fn of_reject(reject: &crate::reject::Reject) -> RegenTally {
+        let Some((turn, planned)) = reject.regenerate_turn() else {
+            return RegenTally::default();
+        };
+        let before = turn.saturating_sub(1);
+        let mut t = RegenTally {
+            conversations: 1,
+            requested: planned,
+            succeeded: before,
+            skipped: planned.saturating_sub(turn),
+            ..RegenTally::default()
+        };
+        match reject.reason {
+            RejectReason::RegenError => t.errored = 1,
+            RejectReason::RegenTruncated => t.truncated = 1,
+            // The server answered: the request succeeded, the row did not.
+            _ => {
+                t.succeeded += 1;
+                t.render_mismatch = 1;
+            }
+        }
+        t
+    }
+
+    /// `requested = succeeded + errored + truncated + skipped`.
+    pub fn balanced(&self) -> bool {
+        self.requested == self.succeeded + self.errored + self.truncated + self.skipped
+    }
+}
+
+impl AddAssign<&RegenTally> for RegenTally {
+    fn add_assign(&mut self, o: &RegenTally) {
+        self.conversations += o.conversations;
+        self.requested += o.requested;
+        self.succeeded += o.succeeded;
+        self.errored += o.errored;
+        self.truncated += o.truncated;
+        self.skipped += o.skipped;
+        self.render_mismatch += o.render_mismatch;
+        self.unpaired_tool_calls += o.unpaired_tool_calls;
+        self.generated_tokens += o.generated_tokens;
+    }
 }
 
 impl SourceStats {
@@ -59,6 +135,7 @@ impl SourceStats {
                 + self.near_duplicate
                 + self.contaminated
                 + self.sampled_out
+            && self.regenerate.balanced()
     }
 }
 
@@ -87,6 +164,7 @@ impl AddAssign<&SourceStats> for SourceStats {
         self.mask_boundary_merged += o.mask_boundary_merged;
         self.encoder_checked_rows += o.encoder_checked_rows;
         self.renderer_checked_rows += o.renderer_checked_rows;
+        self.regenerate += &o.regenerate;
     }
 }
 

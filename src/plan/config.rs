@@ -69,6 +69,10 @@ pub struct PipelineConfig {
     /// the build fails naming why; a source's own `min_keep` overrides it. Default 0.01.
     #[serde(default)]
     pub min_keep: Option<f64>,
+    /// On-policy regeneration of the selected rows' assistant turns by a served model; off
+    /// when absent (docs/on-policy.md).
+    #[serde(default)]
+    pub regenerate: Option<crate::regenerate::RegenerateConfig>,
     pub sources: Vec<SourceConfig>,
     pub output: OutputConfig,
 }
@@ -175,6 +179,10 @@ pub struct SourceConfig {
     /// This source's least share to keep (see the pipeline's `min_keep`).
     #[serde(default)]
     pub min_keep: Option<f64>,
+    /// `false` (the dataset's own answers), `true` (the pipeline's `regenerate:`) or a section
+    /// of its own; absent: the pipeline's, if any.
+    #[serde(default)]
+    pub regenerate: Option<crate::regenerate::SourceRegenerate>,
 }
 
 /// A `format:` value. Each source-specific format's module docs (`src/adapt/`) list its

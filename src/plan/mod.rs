@@ -90,6 +90,8 @@ pub struct SourcePlan {
     pub filters: crate::curate::filters::Filters,
     /// Least share of the rows read to keep, or the build fails (`min_keep`).
     pub min_keep: f64,
+    /// On-policy regeneration of the selected rows (`regenerate:`), if on for this source.
+    pub regenerate: Option<crate::regenerate::Settings>,
 }
 
 /// Benchmark decontamination with its files resolved.
@@ -295,6 +297,16 @@ pub fn compile(path: &Path, access: HubAccess) -> Result<Plan, PlanError> {
                 errors.push(format!("sources[{i}]: {e}"));
             }
         }
+        let regenerate = crate::regenerate::resolve(
+            config.regenerate.as_ref(),
+            source.regenerate.as_ref(),
+            i,
+            base,
+            &base.join(&config.output.dir),
+        )
+        .map_err(|e| errors.extend(e))
+        .ok()
+        .flatten();
         let min_keep = source
             .min_keep
             .or(config.min_keep)
@@ -306,7 +318,7 @@ pub fn compile(path: &Path, access: HubAccess) -> Result<Plan, PlanError> {
             ));
         }
         match compile_source(&inputs.sources[i], source, global_filters, min_keep) {
-            Ok(s) => sources.push(s),
+            Ok(s) => sources.push(SourcePlan { regenerate, ..s }),
             Err(e) => errors.extend(
                 e.into_iter()
                     .map(|e| format!("sources[{i}] (`{}`): {e}", source.name)),
@@ -590,6 +602,7 @@ fn compile_source(
             weight: source.weight,
             filters,
             min_keep,
+            regenerate: None,
         }),
         (Ok(_), _) => Err(errors),
         (Err(e), _) => {

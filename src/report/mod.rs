@@ -9,7 +9,7 @@ pub mod table;
 pub mod timings;
 pub mod token_freq;
 
-pub use crate::model::stats::SourceStats;
+pub use crate::model::stats::{RegenTally, SourceStats};
 
 /// `1234567` as `1,234,567`: counts read at a glance.
 pub fn thousands(n: u64) -> String {

@@ -9,6 +9,7 @@ mod file;
 mod hf_load;
 pub mod mask;
 pub mod mask_config;
+pub mod outcome;
 pub mod segments;
 mod vocab;
 

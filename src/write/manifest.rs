@@ -34,6 +34,10 @@ pub struct Manifest {
     /// The mix target and what each source realized, when the pipeline has a `mix`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub mix: Option<Mix>,
+    /// On-policy regeneration by source (`regenerate:`): model, sampling, template kwargs,
+    /// server fingerprints and the request accounting; absent without it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub regenerate: Option<IndexMap<String, crate::regenerate::Report>>,
     pub shards: Vec<ShardSummary>,
     /// Every other file of the output directory except this manifest, with its hash.
     pub files: Vec<FileSummary>,

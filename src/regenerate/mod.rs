@@ -1,0 +1,662 @@
+//! On-policy regeneration (`regenerate:`): the assistant turns of the conversations the
+//! curation selected are generated again by the target model on OpenAI-compatible servers
+//! (vLLM, SGLang), token-exact: every request asks for `return_token_ids`, and each generation
+//! becomes one row, the server's prompt ids (mask 0) then its completion ids (mask 1). Every
+//! prompt's ids are compared with chatshards' own render and tokenization of the same
+//! messages. Responses are cached by a hash of the exact request (`cache`), so a killed build
+//! resumes without sending a finished request again and a rebuild gives the same bytes.
+//! docs/on-policy.md describes the choices.
+
+pub mod cache;
+pub mod client;
+pub mod config;
+mod splice;
+
+pub use config::{RegenerateConfig, SourceRegenerate};
+
+use crate::conversation::{Conversation, Message, Role};
+use crate::reject::{FilterReason, Reject, RejectReason};
+use crate::render::Renderer;
+use crate::report::RegenTally;
+use crate::tokenize::outcome::{Outcome, Tokenized};
+use crate::tokenize::{Origin, Tokenizer};
+use cache::Cache;
+use client::{EndpointInfo, Generation, ProbeError};
+use serde::Serialize;
+use serde_json::{Map, Value};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// Set to `1` to build from the cache alone: no server is contacted, and a request that is not
+/// cached fails its conversation (`regen_error`).
+pub const OFFLINE_ENV: &str = "CHATSHARDS_REGENERATE_OFFLINE";
+
+/// A source's `regenerate:` resolved by the plan.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Settings {
+    pub config: RegenerateConfig,
+    /// `config.cache_dir` resolved against the pipeline file, or the default.
+    pub cache_dir: PathBuf,
+}
+
+/// A source's settings: its own section, the pipeline's, or none; problems name the field.
+pub fn resolve(
+    global: Option<&RegenerateConfig>,
+    own: Option<&SourceRegenerate>,
+    index: usize,
+    base: &std::path::Path,
+    output_dir: &std::path::Path,
+) -> Result<Option<Settings>, Vec<String>> {
+    let (config, at) = match (own, global) {
+        (Some(SourceRegenerate::Switch(false)), _) | (None, None) => return Ok(None),
+        (Some(SourceRegenerate::Switch(true)), None) => {
+            return Err(vec![format!(
+                "sources[{index}].regenerate: `true` needs a pipeline-level `regenerate:` section"
+            )])
+        }
+        (Some(SourceRegenerate::Own(c)), _) => (c.as_ref(), format!("sources[{index}].regenerate")),
+        (Some(SourceRegenerate::Switch(true)) | None, Some(g)) => (g, "regenerate".to_owned()),
+    };
+    let problems = config.problems(&at);
+    if !problems.is_empty() {
+        return Err(problems);
+    }
+    let cache_dir = match &config.cache_dir {
+        Some(dir) => base.join(dir),
+        None => output_dir
+            .parent()
+            .unwrap_or(std::path::Path::new("."))
+            .join("regen-cache"),
+    };
+    Ok(Some(Settings {
+        config: config.clone(),
+        cache_dir,
+    }))
+}
+
+/// What the rows of a regenerated conversation must satisfy (the pipeline's length rules).
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    pub max_tokens: usize,
+    pub min_supervised_tokens: usize,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum RegenerateError {
+    #[error(transparent)]
+    Probe(#[from] ProbeError),
+    #[error("regenerate: the chat template with the regeneration's kwargs does not compile: {0}")]
+    Template(String),
+    #[error("regenerate: cannot start the runtime: {0}")]
+    Runtime(String),
+}
+
+/// One conversation's regeneration: what the work pass does with it, and the conversation
+/// with its regenerated turns (for `conversations.jsonl`) when it has rows.
+pub struct Regenerated {
+    pub outcome: Outcome<Vec<Tokenized>>,
+    pub conversation: Option<Conversation>,
+    /// Its requests (for a kept conversation's ledger entry; a reject carries its own).
+    pub tally: RegenTally,
+}
+
+/// What this run sent, for the closing line (not the manifest: a rebuild from the cache sends
+/// nothing and must write the same manifest).
+#[derive(Debug, Default)]
+struct Counts {
+    planned: AtomicU64,
+    cached: AtomicU64,
+    sent: AtomicU64,
+    generated_tokens: AtomicU64,
+}
+
+/// The manifest's record of a source's regeneration settings (its request accounting is in
+/// the source's stats, `regenerate`).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Report {
+    pub model: String,
+    pub sampling: config::Sampling,
+    pub reasoning: config::Reasoning,
+    pub turns: config::Turns,
+    pub truncated: config::Truncated,
+    /// What was sent as `chat_template_kwargs` (and used for chatshards' own render).
+    pub chat_template_kwargs: Map<String, Value>,
+}
+
+struct Endpoint {
+    url: String,
+    slots: tokio::sync::Semaphore,
+}
+
+struct Source {
+    settings: Settings,
+    kwargs: Map<String, Value>,
+    renderer: Renderer,
+    endpoints: Vec<Endpoint>,
+    cache: Cache,
+}
+
+/// The regeneration of a build: its servers (checked at start), caches and counts.
+pub struct Regenerator {
+    runtime: tokio::runtime::Runtime,
+    http: reqwest::Client,
+    sources: Vec<Option<Source>>,
+    tokenizer: Arc<Tokenizer>,
+    limits: Limits,
+    offline: bool,
+    /// Endpoints in turn, for spreading requests.
+    turn: AtomicU64,
+    started: Instant,
+    counts: Counts,
+    /// When progress was last printed.
+    last_note: Mutex<Instant>,
+    /// What the servers said at start (`/v1/models`, `/version`).
+    pub endpoints: Vec<EndpointInfo>,
+}
+
+impl Regenerator {
+    /// Checks every endpoint of every source (`GET /v1/models`: reachable, serving the model)
+    /// before any work, unless [`OFFLINE_ENV`] is set. `None` when no source regenerates.
+    pub fn start(
+        sources: Vec<Option<Settings>>,
+        template: &str,
+        template_kwargs: &Map<String, Value>,
+        engine: crate::render::Engine,
+        tokenizer: Arc<Tokenizer>,
+        limits: Limits,
+    ) -> Result<Option<Regenerator>, RegenerateError> {
+        if sources.iter().all(Option::is_none) {
+            return Ok(None);
+        }
+        let offline = std::env::var(OFFLINE_ENV).is_ok_and(|v| v == "1");
+        // Network-bound: two workers leave the cores to the build.
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name("chatshards-regenerate")
+            .enable_all()
+            .build()
+            .map_err(|e| RegenerateError::Runtime(e.to_string()))?;
+        let timeout = sources
+            .iter()
+            .flatten()
+            .map(|s| s.config.timeout_s)
+            .fold(1.0, f64::max);
+        let http = client::http_client(Duration::from_secs_f64(timeout))?;
+        let mut endpoints = Vec::new();
+        let mut built = Vec::with_capacity(sources.len());
+        for settings in sources {
+            let Some(settings) = settings else {
+                built.push(None);
+                continue;
+            };
+            let c = &settings.config;
+            if !offline {
+                for e in &c.endpoints {
+                    let known = |i: &EndpointInfo| &i.endpoint == e && i.models.contains(&c.model);
+                    if !endpoints.iter().any(known) {
+                        endpoints.push(runtime.block_on(client::probe(&http, e, &c.model))?);
+                    }
+                }
+            }
+            let mut kwargs = template_kwargs.clone();
+            if c.reasoning == config::Reasoning::Disable {
+                kwargs.insert("enable_thinking".into(), Value::Bool(false));
+            }
+            let renderer = Renderer::with_engine(template, kwargs.clone(), engine)
+                .map_err(|e| RegenerateError::Template(e.to_string()))?;
+            built.push(Some(Source {
+                kwargs,
+                renderer,
+                endpoints: c
+                    .endpoints
+                    .iter()
+                    .map(|url| Endpoint {
+                        url: url.clone(),
+                        slots: tokio::sync::Semaphore::new(c.concurrency),
+                    })
+                    .collect(),
+                cache: Cache::new(settings.cache_dir.clone()),
+                settings,
+            }));
+        }
+        Ok(Some(Regenerator {
+            runtime,
+            http,
+            sources: built,
+            tokenizer,
+            limits,
+            offline,
+            turn: AtomicU64::new(0),
+            started: Instant::now(),
+            counts: Counts::default(),
+            last_note: Mutex::new(Instant::now()),
+            endpoints,
+        }))
+    }
+
+    /// Whether source `index` is regenerated.
+    pub fn applies(&self, index: usize) -> bool {
+        self.sources.get(index).is_some_and(Option::is_some)
+    }
+
+    /// Regenerates a batch of source `index`'s conversations concurrently (bounded by each
+    /// endpoint's `concurrency`), in batch order.
+    pub fn process_batch(&self, index: usize, batch: &[&Conversation]) -> Vec<Regenerated> {
+        let Some(Some(source)) = self.sources.get(index) else {
+            return Vec::new();
+        };
+        let all = futures::future::join_all(batch.iter().map(|c| self.conversation(source, c)));
+        let done = self.runtime.block_on(all);
+        self.note_progress();
+        done
+    }
+
+    /// The manifest's records, by source index (`None` where a source is not regenerated).
+    pub fn reports(&self) -> Vec<Option<Report>> {
+        self.sources
+            .iter()
+            .map(|s| {
+                s.as_ref().map(|s| {
+                    let c = &s.settings.config;
+                    Report {
+                        model: c.model.clone(),
+                        sampling: c.sampling.clone(),
+                        reasoning: c.reasoning,
+                        turns: c.turns,
+                        truncated: c.truncated,
+                        chat_template_kwargs: s.kwargs.clone(),
+                    }
+                })
+            })
+            .collect()
+    }
+
+    /// One line for the end of a build: what this run asked for, sent and found cached.
+    pub fn summary(&self) -> String {
+        let n = |a: &AtomicU64| a.load(Relaxed);
+        let c = &self.counts;
+        let secs = self.started.elapsed().as_secs_f64().max(1e-3);
+        let servers: Vec<String> = self
+            .endpoints
+            .iter()
+            .map(|e| match &e.server_version {
+                Some(v) => format!("{} (version {v})", e.endpoint),
+                None => e.endpoint.clone(),
+            })
+            .collect();
+        format!(
+            "regenerate: {} turn(s) asked for, {} answered from the cache `{}`, {} request(s) sent ({:.1}/s, {:.0} generated tokens/s){}",
+            n(&c.planned),
+            n(&c.cached),
+            self.sources
+                .iter()
+                .flatten()
+                .map(|s| s.cache.dir().display().to_string())
+                .next()
+                .unwrap_or_default(),
+            n(&c.sent),
+            n(&c.sent) as f64 / secs,
+            n(&c.generated_tokens) as f64 / secs,
+            match servers.is_empty() {
+                true => format!(" (offline: {OFFLINE_ENV})"),
+                false => format!(" to {}", servers.join(", ")),
+            }
+        )
+    }
+
+    /// Every 10 s, a progress line: requests/s and generated tokens/s (the build's progress
+    /// bar gives rows and the ETA).
+    fn note_progress(&self) {
+        let Ok(mut last) = self.last_note.lock() else {
+            return;
+        };
+        if last.elapsed() < Duration::from_secs(10) {
+            return;
+        }
+        *last = Instant::now();
+        let secs = self.started.elapsed().as_secs_f64().max(1e-3);
+        eprintln!(
+            "regenerate: {} request(s) sent, {:.1} requests/s, {:.0} generated tokens/s",
+            self.counts.sent.load(Relaxed),
+            self.counts.sent.load(Relaxed) as f64 / secs,
+            self.counts.generated_tokens.load(Relaxed) as f64 / secs
+        );
+    }
+
+    /// Regenerates one conversation turn by turn and counts its requests.
+    async fn conversation(&self, source: &Source, original: &Conversation) -> Regenerated {
+        let cfg = &source.settings.config;
+        let assistants: Vec<usize> = original
+            .messages
+            .iter()
+            .enumerate()
+            .filter(|(_, m)| m.role == Role::Assistant)
+            .map(|(i, _)| i)
+            .collect();
+        let (planned, first) = match (cfg.turns, assistants.last()) {
+            (_, None) => (0, original.messages.len()),
+            (config::Turns::Last, Some(&last)) => (1, last),
+            (config::Turns::All, Some(_)) => (assistants.len() as u64, assistants[0]),
+        };
+        self.counts.planned.fetch_add(planned, Relaxed);
+        let mut tally = RegenTally {
+            conversations: 1,
+            requested: planned,
+            ..RegenTally::default()
+        };
+        let mut history = Conversation {
+            messages: original.messages[..first].to_vec(),
+            tools: original.tools.clone(),
+        };
+        let mut rows: Vec<Tokenized> = Vec::new();
+        let mut at = first;
+        let mut turn = 0u64;
+        let fail = |reason, turn, detail: String| Regenerated {
+            outcome: Outcome::Rejected(Reject::regenerate(reason, turn, planned, detail)),
+            conversation: None,
+            tally: RegenTally::default(),
+        };
+        while at < original.messages.len() {
+            let message = &original.messages[at];
+            if message.role != Role::Assistant {
+                history.messages.push(message.clone());
+                at += 1;
+                continue;
+            }
+            turn += 1;
+            let generation = match self.generate(source, &history).await {
+                Ok(g) => g,
+                Err(message) => return fail(RejectReason::RegenError, turn, message),
+            };
+            if let Err(detail) = self.same_prompt(source, &history, &generation.prompt_ids) {
+                return fail(RejectReason::RenderMismatch, turn, detail);
+            }
+            let truncated = generation.finish_reason == "length";
+            if truncated {
+                tally.truncated += 1;
+                if cfg.truncated == config::Truncated::Drop {
+                    if rows.is_empty() {
+                        return fail(
+                            RejectReason::RegenTruncated,
+                            turn,
+                            format!(
+                                "the generation stopped at max_tokens ({} tokens)",
+                                generation.completion_ids.len()
+                            ),
+                        );
+                    }
+                    break;
+                }
+            } else {
+                tally.succeeded += 1;
+            }
+            tally.generated_tokens += generation.completion_ids.len() as u64;
+            rows.push(row(rows.len(), &generation));
+            let calls = splice::calls(&generation.tool_calls);
+            let reply = Message::assistant(generation.content.clone().unwrap_or_default())
+                .with_reasoning(generation.reasoning.clone())
+                .with_tool_calls(calls.clone().unwrap_or_default());
+            history.messages.push(reply);
+            if truncated || cfg.turns == config::Turns::Last {
+                break;
+            }
+            let next = match calls {
+                Ok(calls) => splice::pair(&original.messages, at, &calls),
+                Err(e) => splice::Next::Unpaired(e),
+            };
+            match next {
+                splice::Next::Go { results, resume } => {
+                    history.messages.extend(results);
+                    at = resume;
+                }
+                splice::Next::Unpaired(_) => {
+                    tally.unpaired_tool_calls += 1;
+                    break;
+                }
+            }
+        }
+        tally.skipped = planned.saturating_sub(turn);
+        let outcome = self.length_rules(rows);
+        let conversation = matches!(outcome, Outcome::Kept(_)).then_some(history);
+        Regenerated {
+            outcome,
+            conversation,
+            tally,
+        }
+    }
+
+    /// The generation for the next assistant turn after `history`: from the cache, or from a
+    /// server (then cached).
+    async fn generate(
+        &self,
+        source: &Source,
+        history: &Conversation,
+    ) -> Result<Generation, String> {
+        let payload = payload(source, history);
+        let key = cache::key(&payload);
+        if let Some(g) = source.cache.get(&key) {
+            self.counts.cached.fetch_add(1, Relaxed);
+            return Ok(g);
+        }
+        if self.offline {
+            return Err(format!(
+                "not in the cache `{}` ({OFFLINE_ENV} is set)",
+                source.cache.dir().display()
+            ));
+        }
+        let n = source.endpoints.len().max(1) as u64;
+        let endpoint = &source.endpoints[(self.turn.fetch_add(1, Relaxed) % n) as usize];
+        let permit = endpoint.slots.acquire().await.map_err(|e| e.to_string())?;
+        let cfg = &source.settings.config;
+        let answer = client::complete(&self.http, &endpoint.url, &payload, cfg.retries).await;
+        drop(permit);
+        self.counts.sent.fetch_add(1, Relaxed);
+        let g = answer.map_err(|e| format!("{}: {e}", endpoint.url))?;
+        self.counts
+            .generated_tokens
+            .fetch_add(g.completion_ids.len() as u64, Relaxed);
+        source.cache.put(&key, &g).map_err(|e| {
+            format!(
+                "cannot write the cache `{}`: {e}",
+                source.cache.dir().display()
+            )
+        })?;
+        Ok(g)
+    }
+
+    /// Compares the server's prompt ids with chatshards' render (with the generation prompt)
+    /// and tokenization of the same messages.
+    fn same_prompt(
+        &self,
+        source: &Source,
+        history: &Conversation,
+        server: &[u32],
+    ) -> Result<(), String> {
+        let text = source
+            .renderer
+            .render_json(history.to_template_messages(), &history.tools, true)
+            .map_err(|e| format!("chatshards cannot render the prompt: {}", e.message))?;
+        let ours = self
+            .tokenizer
+            .encoder
+            .encode(&text)
+            .map_err(|e| format!("chatshards cannot tokenize the prompt: {e}"))?;
+        if ours == server {
+            return Ok(());
+        }
+        let at = ours
+            .iter()
+            .zip(server)
+            .position(|(a, b)| a != b)
+            .unwrap_or(ours.len().min(server.len()));
+        let show = |ids: &[u32]| match ids.get(at) {
+            Some(&id) => format!(
+                "{id} {:?}",
+                String::from_utf8_lossy(self.tokenizer.bytes.get(id))
+            ),
+            None => "the end".to_owned(),
+        };
+        Err(format!(
+            "the server's prompt ({} tokens) differs from chatshards' render ({} tokens) at token {at}: server {}, chatshards {}",
+            server.len(),
+            ours.len(),
+            show(server),
+            show(&ours)
+        ))
+    }
+
+    /// The pipeline's length rules per row: a row over `max_tokens` is dropped (cutting it
+    /// would cut the generation), as is one under `min_supervised_tokens`; kept if any row is.
+    fn length_rules(&self, rows: Vec<Tokenized>) -> Outcome<Vec<Tokenized>> {
+        let mut first = None;
+        let kept: Vec<Tokenized> = rows
+            .into_iter()
+            .filter(|r| {
+                let reason = if r.ids.len() > self.limits.max_tokens {
+                    Some(FilterReason::TooLong)
+                } else if r.supervised() < self.limits.min_supervised_tokens {
+                    Some(FilterReason::TooFewSupervised)
+                } else {
+                    None
+                };
+                if let Some(reason) = reason {
+                    first.get_or_insert(reason);
+                }
+                reason.is_none()
+            })
+            .collect();
+        match (kept.is_empty(), first) {
+            (false, _) => Outcome::Kept(kept),
+            (true, Some(reason)) => Outcome::Filtered(reason),
+            (true, None) => Outcome::Rejected(Reject::new(
+                RejectReason::NoAssistantTurn,
+                "no assistant turn to regenerate",
+            )),
+        }
+    }
+}
+
+/// The request for the next assistant turn after `history`, in one fixed field order (its
+/// JSON text is the cache key).
+fn payload(source: &Source, history: &Conversation) -> Value {
+    let cfg = &source.settings.config;
+    let mut p = Map::new();
+    p.insert("model".into(), Value::String(cfg.model.clone()));
+    p.insert("messages".into(), server_messages(history));
+    if !history.tools.is_empty() {
+        p.insert("tools".into(), Value::Array(history.tools.clone()));
+        if let Some(choice) = &cfg.tool_choice {
+            p.insert("tool_choice".into(), Value::String(choice.clone()));
+        }
+    }
+    if let Ok(Value::Object(sampling)) = serde_json::to_value(&cfg.sampling) {
+        p.extend(sampling);
+    }
+    if !source.kwargs.is_empty() {
+        p.insert(
+            "chat_template_kwargs".into(),
+            Value::Object(source.kwargs.clone()),
+        );
+    }
+    p.insert("return_token_ids".into(), Value::Bool(true));
+    Value::Object(p)
+}
+
+/// The messages as the OpenAI API takes them: tool-call arguments as JSON text (vLLM parses
+/// them back into the object the template iterates).
+fn server_messages(history: &Conversation) -> Value {
+    let mut messages = history.to_template_messages();
+    if let Some(list) = messages.as_array_mut() {
+        for m in list {
+            let Some(calls) = m.get_mut("tool_calls").and_then(Value::as_array_mut) else {
+                continue;
+            };
+            for call in calls {
+                if let Some(args) = call.pointer_mut("/function/arguments") {
+                    *args = Value::String(args.to_string());
+                }
+            }
+        }
+    }
+    messages
+}
+
+/// One generation as one row: the prompt ids unsupervised, the completion ids supervised.
+fn row(segment: usize, g: &Generation) -> Tokenized {
+    let mut ids = Vec::with_capacity(g.prompt_ids.len() + g.completion_ids.len());
+    ids.extend_from_slice(&g.prompt_ids);
+    ids.extend_from_slice(&g.completion_ids);
+    let mut mask = vec![0u8; g.prompt_ids.len()];
+    mask.resize(ids.len(), 1);
+    Tokenized {
+        segment,
+        text: String::new(),
+        ids,
+        mask,
+        truncated: false,
+        boundary_merged: false,
+        origin: Origin::Reference,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::conversation::ToolCall;
+
+    #[test]
+    fn a_rejected_conversation_accounts_for_its_turns() {
+        let r = Reject::regenerate(RejectReason::RegenError, 2, 5, "HTTP 500: x");
+        assert_eq!(r.message, "assistant turn 2 of 5: HTTP 500: x");
+        let t = RegenTally::of_reject(&r);
+        assert_eq!(
+            (t.requested, t.succeeded, t.errored, t.skipped),
+            (5, 1, 1, 3)
+        );
+        assert!(t.balanced());
+        let m = Reject::regenerate(RejectReason::RenderMismatch, 1, 1, "at token 3");
+        let m = RegenTally::of_reject(&m);
+        assert_eq!((m.succeeded, m.render_mismatch, m.skipped), (1, 1, 0));
+        assert!(m.balanced());
+        let other = Reject::new(RejectReason::Template, "assistant turn 1 of 2: x");
+        assert!(RegenTally::of_reject(&other).is_zero());
+    }
+
+    #[test]
+    fn the_server_gets_arguments_as_json_text_and_rows_mask_the_prompt() {
+        let mut args = indexmap::IndexMap::new();
+        args.insert("city".to_owned(), Value::String("Paris".into()));
+        let history = Conversation {
+            messages: vec![
+                Message::user("weather?"),
+                Message::assistant("").with_tool_calls(vec![ToolCall {
+                    id: None,
+                    name: "w".into(),
+                    arguments: args,
+                }]),
+            ],
+            tools: Vec::new(),
+        };
+        let m = server_messages(&history);
+        assert_eq!(
+            m[1]["tool_calls"][0]["function"]["arguments"],
+            r#"{"city":"Paris"}"#
+        );
+        let g = Generation {
+            prompt_ids: vec![1, 2, 3],
+            completion_ids: vec![4, 5],
+            content: None,
+            reasoning: None,
+            tool_calls: Vec::new(),
+            finish_reason: "stop".into(),
+            fingerprint: None,
+        };
+        let r = row(2, &g);
+        assert_eq!(
+            (r.ids, r.mask, r.segment),
+            (vec![1, 2, 3, 4, 5], vec![0, 0, 0, 1, 1], 2)
+        );
+    }
+}
