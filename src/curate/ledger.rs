@@ -86,7 +86,7 @@ pub struct KeptWork {
     /// be left out of it).
     pub line: (u64, u32),
     /// Its regeneration requests (`regenerate:`), zero otherwise.
-    pub regen: crate::report::RegenTally,
+    pub regen: crate::model::stats::RegenTally,
 }
 
 /// Where one source stands.
@@ -621,7 +621,7 @@ impl Ledger {
                     }
                     Some(Work::Rejected(r)) => {
                         *stats.rejected.entry(r.reason).or_default() += 1;
-                        stats.regenerate += &crate::report::RegenTally::of_reject(r);
+                        stats.regenerate += &crate::model::stats::RegenTally::of_reject(r);
                         settled.rejects.push(RowNote {
                             source: i,
                             file: c.file,
