@@ -311,7 +311,6 @@ pub fn run(args: &CheckArgs, printer: &Printer) -> Result<()> {
             example,
         });
     }
-    let mut failures = Vec::new();
     let mut mix = mix.map(|target| project_mix(target, &sources, &selection));
     // A quota the build cannot fill under `shortfall: fail` fails the build: the check too.
     if let Some(m) = mix
