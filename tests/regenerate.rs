@@ -263,7 +263,8 @@ fn pipeline(
     std::fs::write(&data, lines).expect("extra");
     let extra_source = match extra.is_empty() {
         true => String::new(),
-        false => "  - name: extra\n    files: [extra.jsonl]\n    format: openai\n    min_keep: 0\n".to_owned(),
+        false => "  - name: extra\n    files: [extra.jsonl]\n    format: openai\n    min_keep: 0\n"
+            .to_owned(),
     };
     let mut sources = String::new();
     for (name, file, format, take) in [
