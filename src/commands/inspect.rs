@@ -204,25 +204,8 @@ fn show(
 
 /// Checks a shard's size and SHA-256 against the manifest, streaming it.
 fn verify(path: &Path, shard: &Shard) -> Result<()> {
-    use sha2::{Digest, Sha256};
-    use std::io::Read;
-    let mut file = std::fs::File::open(path)
-        .with_context(|| format!("failed to open shard `{}`", path.display()))?;
-    let mut hasher = Sha256::new();
-    let mut buf = vec![0u8; 1 << 20];
-    let mut bytes = 0u64;
-    loop {
-        let n = match file.read(&mut buf) {
-            Ok(0) => break,
-            Ok(n) => n,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-            Err(e) => {
-                return Err(e).with_context(|| format!("failed to read shard `{}`", path.display()))
-            }
-        };
-        hasher.update(&buf[..n]);
-        bytes += n as u64;
-    }
+    let (bytes, sha256) = crate::model::digest::hash_file(path)
+        .with_context(|| format!("failed to read shard `{}`", path.display()))?;
     if bytes != shard.bytes {
         bail!(
             "shard `{}` is {bytes} bytes but the manifest says {} (truncated or changed); it is not decoded. The other shards are unaffected",
@@ -230,7 +213,6 @@ fn verify(path: &Path, shard: &Shard) -> Result<()> {
             shard.bytes
         );
     }
-    let sha256 = hex::encode(hasher.finalize());
     if sha256 != shard.sha256 {
         bail!(
             "shard `{}` does not match the manifest (sha256 {sha256}, expected {}): the file is corrupt or was changed; it is not decoded. The other shards are unaffected",
