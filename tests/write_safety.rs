@@ -1,7 +1,7 @@
 //! Write-side reliability: nothing the tool writes is reached through a symbolic link; a
 //! resume survives kills at any system call (injected with `strace`), however many in a row;
 //! a build killed between finishing its dataset and the swap is swapped in by the next one;
-//! buffered writes (`CHATSHARDS_DIRECT_IO=0`) give the same bytes as direct ones.
+//! direct writes (`CHATSHARDS_DIRECT_IO=1`) give the same bytes as buffered ones.
 
 mod common;
 use common::{bin, project, snapshot, stderr};
@@ -260,12 +260,12 @@ fn a_resume_killed_again_and_again_then_at_the_swap_ends_with_the_same_bytes() {
 }
 
 #[test]
-fn buffered_writes_give_the_same_bytes_as_direct_ones() {
+fn direct_writes_give_the_same_bytes_as_buffered_ones() {
     let expected = reference(tempfile::tempdir().expect("tempdir").path());
     let tmp = tempfile::tempdir().expect("tempdir");
     let p = project(tmp.path(), MIX);
     let out = build(&p)
-        .env("CHATSHARDS_DIRECT_IO", "0")
+        .env("CHATSHARDS_DIRECT_IO", "1")
         .output()
         .expect("build");
     assert!(out.status.success(), "{}", stderr(&out));

@@ -32,6 +32,7 @@ use serde_json::Value;
 use std::fs::{self, File};
 use std::io::{self, BufReader, BufWriter, Write};
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 
 /// Version of the pass file format; a journal of another version is not resumed.
 const FORMAT: u32 = 3;
@@ -48,6 +49,50 @@ pub enum JournalError {
         "the build journal `{0}` is damaged ({1}); run the build with `--fresh` to start over"
     )]
     Damaged(PathBuf, String),
+    /// The key of a journal opened with [`Journal::open_deferred`] could not be had.
+    #[error("{0}")]
+    Key(String),
+}
+
+/// Where the key of a build that starts afresh comes from: its inputs are hashed beside its
+/// work rather than before it, and the key is written to `key.json` once they are, before any
+/// segment or pass is recorded (an interrupted build without `key.json` is never gone on from).
+pub trait KeySource: Send + Sync {
+    /// Whether [`KeySource::key`] would answer without waiting.
+    fn ready(&self) -> bool;
+    /// The key, waiting for the hashing; an error names the input that could not be read.
+    fn key(&self) -> Result<ResumeKey, String>;
+}
+
+/// A `key.json` still to be written, shared by the journal and its recorders.
+struct PendingKey {
+    path: PathBuf,
+    source: Arc<dyn KeySource>,
+    written: Mutex<bool>,
+}
+
+impl PendingKey {
+    /// Writes `key.json` if it is not yet written and the key is ready, or `wait`s for it;
+    /// says whether it is written.
+    fn write(&self, wait: bool) -> Result<bool, JournalError> {
+        let mut written = self.written.lock().unwrap_or_else(|e| e.into_inner());
+        if *written {
+            return Ok(true);
+        }
+        if !wait && !self.source.ready() {
+            return Ok(false);
+        }
+        let key = self.source.key().map_err(JournalError::Key)?;
+        write_key(&self.path, &key)?;
+        *written = true;
+        Ok(true)
+    }
+}
+
+fn write_key(path: &Path, key: &ResumeKey) -> Result<(), JournalError> {
+    let text = serde_json::to_string_pretty(key)
+        .map_err(|e| JournalError::Write(path.to_owned(), e.into()))?;
+    write_synced(path, text.as_bytes()).map_err(|e| JournalError::Write(path.to_owned(), e))
 }
 
 /// What one row did in a pass, as the ledger needs it to replay the pass.
@@ -244,6 +289,8 @@ pub struct Journal {
     /// The pass after the recorded ones, when a segment of it is recorded.
     partial: Option<Partial>,
     segment_rows: u64,
+    /// `key.json`, when it is written once the inputs are hashed ([`Journal::open_deferred`]).
+    pending: Option<Arc<PendingKey>>,
 }
 
 /// A pass cut short after a recorded segment.
@@ -277,6 +324,7 @@ impl Journal {
             next: 0,
             partial: None,
             segment_rows: u64::MAX,
+            pending: None,
         }
     }
 
@@ -286,6 +334,24 @@ impl Journal {
     /// caller has checked that a journal already there has this key. Unfinished pass files
     /// are removed.
     pub fn open(dir: &Path, key: &ResumeKey, segment_rows: u64) -> Result<Journal, JournalError> {
+        Self::open_with(dir, Ok(key), segment_rows)
+    }
+
+    /// [`Journal::open`] for a build that starts afresh while its inputs are still being
+    /// hashed: `key.json` is written from `source` once it is ready (see [`KeySource`]).
+    pub fn open_deferred(
+        dir: &Path,
+        source: Arc<dyn KeySource>,
+        segment_rows: u64,
+    ) -> Result<Journal, JournalError> {
+        Self::open_with(dir, Err(source), segment_rows)
+    }
+
+    fn open_with(
+        dir: &Path,
+        key: Result<&ResumeKey, Arc<dyn KeySource>>,
+        segment_rows: u64,
+    ) -> Result<Journal, JournalError> {
         let write_err = |e| JournalError::Write(dir.to_owned(), e);
         fs::create_dir_all(dir).map_err(write_err)?;
         let mut recorded = 0;
@@ -308,18 +374,26 @@ impl Journal {
             }
         }
         let key_path = dir.join(Self::KEY);
-        if !key_path.is_file() {
-            let text = serde_json::to_string_pretty(key)
-                .map_err(|e| JournalError::Write(key_path.clone(), e.into()))?;
-            write_synced(&key_path, text.as_bytes())
-                .map_err(|e| JournalError::Write(key_path.clone(), e))?;
-        }
+        let pending = match key {
+            Ok(key) => {
+                if !key_path.is_file() {
+                    write_key(&key_path, key)?;
+                }
+                None
+            }
+            Err(source) => Some(Arc::new(PendingKey {
+                path: key_path,
+                source,
+                written: Mutex::new(false),
+            })),
+        };
         Ok(Journal {
             dir: Some(dir.to_owned()),
             recorded,
             next: 0,
             partial,
             segment_rows: segment_rows.max(1),
+            pending,
         })
     }
 
@@ -450,6 +524,7 @@ impl Journal {
                 path: dir.join(pass_name(pass, "bin")),
                 dir: dir.clone(),
                 events: partial.events,
+                key: self.pending.clone(),
             };
             return Ok(PassMode::Resume {
                 replay,
@@ -465,6 +540,7 @@ impl Journal {
             path: dir.join(pass_name(pass, "bin")),
             dir: dir.clone(),
             events: 0,
+            key: self.pending.clone(),
         };
         recorder.frame(&FrameOut::Header {
             format: FORMAT,
@@ -548,6 +624,8 @@ pub struct Recorder {
     path: PathBuf,
     dir: PathBuf,
     events: u64,
+    /// Written before the first segment or the end of a pass is.
+    key: Option<Arc<PendingKey>>,
 }
 
 impl Recorder {
@@ -558,6 +636,7 @@ impl Recorder {
             path: PathBuf::new(),
             dir: PathBuf::new(),
             events: 0,
+            key: None,
         }
     }
 
@@ -585,9 +664,16 @@ impl Recorder {
 
     /// Records a segment: the pass's first `rows` input rows are done, and the files stand at
     /// `positions` (taken after they were synced). Synced before it returns.
+    /// Not recorded while the inputs are still being hashed (the pass goes on; it is only
+    /// a later point to resume from).
     pub fn segment(&mut self, rows: u64, positions: Positions) -> Result<(), JournalError> {
         if self.writer.is_none() {
             return Ok(());
+        }
+        if let Some(key) = &self.key {
+            if !key.write(false)? {
+                return Ok(());
+            }
         }
         let events = self.events;
         self.frame(&FrameOut::Segment {
@@ -608,6 +694,9 @@ impl Recorder {
     pub fn finish(mut self, positions: Positions) -> Result<(), JournalError> {
         if self.writer.is_none() {
             return Ok(());
+        }
+        if let Some(key) = &self.key {
+            key.write(true)?;
         }
         let events = self.events;
         self.frame(&FrameOut::End {
@@ -780,6 +869,61 @@ mod tests {
             err.contains("pass-000000.bin` is damaged (it records Header"),
             "{err}"
         );
+    }
+
+    /// A key that becomes ready when the test says so.
+    struct Later(std::sync::atomic::AtomicBool);
+    impl KeySource for Later {
+        fn ready(&self) -> bool {
+            self.0.load(std::sync::atomic::Ordering::SeqCst)
+        }
+        fn key(&self) -> Result<ResumeKey, String> {
+            Ok(key())
+        }
+    }
+
+    #[test]
+    fn a_deferred_key_is_written_before_any_segment_or_pass_is_recorded() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let source = Arc::new(Later(false.into()));
+        let mut journal = Journal::open_deferred(dir.path(), source.clone(), 1).expect("open");
+        assert!(Journal::key_in(dir.path()).is_none());
+        let PassMode::Record(mut r) = journal.begin(PassKind::Scan, 0).expect("begin") else {
+            panic!("a new journal replays")
+        };
+        r.record(&RowEvent::Filtered("language".into()))
+            .expect("record");
+        // Not ready: the segment is left out (a resume could not check the inputs).
+        r.segment(1, Positions::default()).expect("segment");
+        assert!(Journal::key_in(dir.path()).is_none());
+        drop(r);
+        let reopened = Journal::open(dir.path(), &key(), 1).expect("reopen");
+        assert_eq!((reopened.recorded(), reopened.recorded_rows()), (0, 0));
+
+        let mut journal = Journal::open_deferred(dir.path(), source.clone(), 1).expect("open");
+        let PassMode::Record(mut r) = journal.begin(PassKind::Scan, 0).expect("begin") else {
+            panic!("nothing was recorded")
+        };
+        r.record(&RowEvent::Filtered("language".into()))
+            .expect("record");
+        source.0.store(true, std::sync::atomic::Ordering::SeqCst);
+        r.segment(1, Positions::default()).expect("segment");
+        assert_eq!(Journal::key_in(dir.path()), Some(key()));
+        r.finish(Positions::default()).expect("finish");
+        assert_eq!(Journal::open(dir.path(), &key(), 1).expect("reopen").recorded(), 1);
+    }
+
+    #[test]
+    fn a_finished_pass_waits_for_a_deferred_key() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut journal =
+            Journal::open_deferred(dir.path(), Arc::new(Later(false.into())), 1).expect("open");
+        let PassMode::Record(r) = journal.begin(PassKind::Scan, 0).expect("begin") else {
+            panic!("a new journal replays")
+        };
+        // `key` answers (it waits for the hashing); `ready` only says it would not wait.
+        r.finish(Positions::default()).expect("finish");
+        assert_eq!(Journal::key_in(dir.path()), Some(key()));
     }
 
     #[test]

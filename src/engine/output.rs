@@ -87,7 +87,9 @@ pub enum Resume<'a> {
     /// Never: an interrupted build's state is discarded.
     Fresh,
     /// When the interrupted build has this key; refused, naming the differences, otherwise.
-    IfSame(&'a ResumeKey),
+    /// The key is asked for only when there is an interrupted build to compare it with (it
+    /// hashes the inputs, which a build that starts afresh does beside its work instead).
+    IfSame(&'a dyn Fn() -> Result<ResumeKey>),
 }
 
 /// Entries that mark a directory as a project or repository root, which is never an output.
@@ -505,7 +507,7 @@ impl Output {
         }
         // Checked again under the lock: another build may have finished meanwhile.
         inspect(&dir)?;
-        let finished = finished_staging(&staging, &[&work, &done], &resume);
+        let finished = finished_staging(&staging, &[&work, &done], &resume)?;
         if finished.as_deref() != Some(done.as_path()) && fs::symlink_metadata(&done).is_ok() {
             remove_work_files(&done)?;
         }
@@ -721,25 +723,36 @@ fn mark_finished(staging: &Path, work: &Path) -> Result<()> {
 /// swap) says that `staging` holds a finished dataset of this build: a [`FINISHED`] hash equal
 /// to the hash of `staging`'s manifest, a journal with this build's key, and every shard the
 /// manifest lists in place. `None` if none does (then the usual resume rules apply).
-fn finished_staging(staging: &Path, works: &[&Path], resume: &Resume) -> Option<PathBuf> {
+fn finished_staging(staging: &Path, works: &[&Path], resume: &Resume) -> Result<Option<PathBuf>> {
     use sha2::{Digest, Sha256};
     let Resume::IfSame(key) = resume else {
-        return None;
+        return Ok(None);
     };
-    let manifest = fs::read(staging.join("manifest.json")).ok()?;
+    let Ok(manifest) = fs::read(staging.join("manifest.json")) else {
+        return Ok(None);
+    };
     let hash = hex::encode(Sha256::digest(&manifest));
-    let shards = read_manifest(staging).ok()?.shards;
+    let Ok(shards) = read_manifest(staging).map(|m| m.shards) else {
+        return Ok(None);
+    };
     let whole = shards
         .iter()
         .all(|s| fs::symlink_metadata(staging.join(&s.file)).is_ok_and(|m| m.is_file()));
     if !whole {
-        return None;
+        return Ok(None);
     }
-    works.iter().find_map(|work| {
-        let marker = fs::read_to_string(work.join(FINISHED)).ok()?;
-        let then = Journal::key_in(&work.join(JOURNAL))?;
-        (marker.trim() == hash && then.differences(key).is_empty()).then(|| work.to_path_buf())
-    })
+    for work in works {
+        let Ok(marker) = fs::read_to_string(work.join(FINISHED)) else {
+            continue;
+        };
+        let Some(then) = Journal::key_in(&work.join(JOURNAL)) else {
+            continue;
+        };
+        if marker.trim() == hash && then.differences(&key()?).is_empty() {
+            return Ok(Some(work.to_path_buf()));
+        }
+    }
+    Ok(None)
 }
 
 /// Removes the working files a finished build moved aside (`DIR.work-done`), checking that
@@ -782,7 +795,7 @@ fn clear_stale_staging(staging: &Path, resume: &Resume) -> Result<bool> {
         if let Resume::IfSame(key) = resume {
             let journal = staging.join(WORK_DIR).join(JOURNAL);
             if let Some(then) = Journal::key_in(&journal).filter(|_| has_recorded_pass(staging)) {
-                let changed = then.differences(key);
+                let changed = then.differences(&key()?);
                 if changed.is_empty() {
                     return Ok(true);
                 }

@@ -21,6 +21,7 @@ use crate::engine::journal::{Journal, JournalError, PassKind, Positions, Recorde
 use crate::engine::partition::{PartError, PartWriter, Parts};
 use crate::engine::row_path::{Outcome, RowProcessor, SpotChecks, Tokenized};
 use crate::plan::Plan;
+use crate::read::chunks::Chunk;
 use crate::read::{read_files_with, FileSample, RawRow, ReadError, Record};
 use crate::reject::{Reject, Skip};
 use crate::report::timings::{PoolStage, Timings};
@@ -47,6 +48,20 @@ pub const JOB_MAX_ROWS: usize = 1024;
 /// the input.
 const IN_FLIGHT_PER_THREAD: usize = 8;
 const MIN_IN_FLIGHT: usize = 16;
+
+/// Bytes of a JSON lines range that one job reads (see [`Context::pass`]): a job's worth of
+/// input.
+const CHUNK_BYTES: u64 = JOB_BYTES as u64;
+
+/// Whether JSON lines files are read in ranges by the workers (`CHATSHARDS_READ_RANGES=0`: by
+/// one reader thread in order, as before; the same bytes either way).
+fn read_ranges() -> bool {
+    static RANGES: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *RANGES.get_or_init(|| {
+        let value = std::env::var("CHATSHARDS_READ_RANGES");
+        !matches!(value.as_deref().map(str::trim), Ok("0" | "false"))
+    })
+}
 
 /// Work passes over one source before a build gives up on meeting its allocation: each pass
 /// queues at least what the estimate says is missing, so this bound is never reached on real
@@ -162,6 +177,8 @@ pub fn scan_part(
     writer: &mut PartWriter,
 ) -> Result<(), RunError> {
     let curator = Curator::new(plan).map_err(RunError::Curate)?;
+    let chunks: Vec<std::sync::OnceLock<Option<Vec<Chunk>>>> =
+        plan.sources.iter().map(|_| Default::default()).collect();
     let ctx = Context {
         plan,
         processor,
@@ -171,6 +188,7 @@ pub fn scan_part(
         progress,
         parts: None,
         regen: None,
+        chunks: &chunks,
     };
     for index in 0..plan.sources.len() {
         progress.pass_started(index, Pass::Scan);
@@ -279,6 +297,8 @@ pub fn run_journaled(
             min_supervised_tokens: plan.min_supervised_tokens,
         },
     )?;
+    let chunks: Vec<std::sync::OnceLock<Option<Vec<Chunk>>>> =
+        plan.sources.iter().map(|_| Default::default()).collect();
     let ctx = Context {
         plan,
         processor,
@@ -288,6 +308,7 @@ pub fn run_journaled(
         progress,
         parts: parts.as_ref(),
         regen: regen.as_ref(),
+        chunks: &chunks,
     };
     let restored = journal.positions()?.unwrap_or_default();
     let mut out = Out {
@@ -402,6 +423,8 @@ struct Context<'a> {
     parts: Option<&'a Mutex<Parts>>,
     /// On-policy regeneration, when a source has `regenerate:`.
     regen: Option<&'a crate::regenerate::Regenerator>,
+    /// Each source's JSON lines ranges, once counted (see [`Context::chunks`]).
+    chunks: &'a [std::sync::OnceLock<Option<Vec<Chunk>>>],
 }
 
 /// The writers of the passes, their running positions and the journal.
@@ -1039,10 +1062,136 @@ impl Context<'_> {
         format!("{}:{file}:{row}", self.plan.sources[index].name)
     }
 
-    /// One pass over a source's files: a reader thread reads batches of the wanted rows (all
-    /// when `wanted` is `None`), the pool runs `work` on a bounded number of them at once, and
-    /// this thread (not a pool worker, so it never holds one up) commits them in input order.
+    /// One pass over a source's files: batches of the wanted rows (all when `wanted` is
+    /// `None`) are read and worked on the pool, a bounded number at once, and this thread (not
+    /// a pool worker, so it never holds one up) commits them in input order. JSON lines files
+    /// are cut into byte ranges that the workers read themselves; other files are read in
+    /// order by a reader thread.
     fn pass<T: Send>(
+        &self,
+        index: usize,
+        wanted: Option<&[Wanted]>,
+        skip: u64,
+        work: &(dyn Fn(Vec<RawRow>) -> Vec<T> + Sync),
+        commit: &mut dyn FnMut(Vec<T>) -> Result<(), RunError>,
+    ) -> Result<(), RunError> {
+        match self.chunks(index)? {
+            Some(chunks) => self.pass_chunks(index, chunks, wanted, skip, work, commit),
+            None => self.pass_in_order(index, wanted, skip, work, commit),
+        }
+    }
+
+    /// The source's JSON lines cut into ranges (counted once, on the first pass), or `None`
+    /// when its files are not all JSON lines or `CHATSHARDS_READ_RANGES=0`.
+    fn chunks(&self, index: usize) -> Result<Option<&[Chunk]>, RunError> {
+        let cell = &self.chunks[index];
+        if let Some(chunks) = cell.get() {
+            return Ok(chunks.as_deref());
+        }
+        let chunks = if read_ranges() {
+            let files = &self.plan.sources[index].files;
+            self.pool.install(|| {
+                crate::read::chunks::line_chunks(files, &self.plan.read_options, CHUNK_BYTES)
+            })?
+        } else {
+            None
+        };
+        Ok(cell.get_or_init(|| chunks).as_deref())
+    }
+
+    /// [`Context::pass`] over ranges: each job reads its range and works its rows; jobs are
+    /// started in range order, at most a bounded number ahead of the commit, so memory stays
+    /// bounded whatever the order they finish in.
+    fn pass_chunks<T: Send>(
+        &self,
+        index: usize,
+        chunks: &[Chunk],
+        wanted: Option<&[Wanted]>,
+        skip: u64,
+        work: &(dyn Fn(Vec<RawRow>) -> Vec<T> + Sync),
+        commit: &mut dyn FnMut(Vec<T>) -> Result<(), RunError>,
+    ) -> Result<(), RunError> {
+        let files = &self.plan.sources[index].files;
+        let read_options = &self.plan.read_options;
+        // Ranges with something to do: past the rows recorded segments did, holding a wanted
+        // row.
+        let todo: Vec<&Chunk> = chunks
+            .iter()
+            .filter(|c| c.ordinal + c.lines > skip)
+            .filter(|c| {
+                wanted.is_none_or(|w| {
+                    let first = w.partition_point(|x| (x.file, x.row) < (c.file as u32, c.row));
+                    w.get(first)
+                        .is_some_and(|x| (x.file, x.row) < (c.file as u32, c.row + c.records))
+                })
+            })
+            .collect();
+        let in_flight = (IN_FLIGHT_PER_THREAD * self.pool.current_num_threads()).max(MIN_IN_FLIGHT);
+        let job = |chunk: &Chunk| -> Result<Vec<T>, ReadError> {
+            let mut out = Vec::new();
+            let mut batch = Vec::new();
+            let mut bytes = 0;
+            let mut ordinal = chunk.ordinal;
+            crate::read::chunks::read_chunk(files, chunk, read_options, &mut |row| {
+                ordinal += 1;
+                if ordinal <= skip {
+                    return true;
+                }
+                if let Some(wanted) = wanted {
+                    // A blank line is no record (it shares the next record's index).
+                    if matches!(row.record, Record::Blank)
+                        || !is_wanted(wanted, row.file as u32, row.row)
+                    {
+                        return true;
+                    }
+                }
+                bytes += row.record.weight();
+                batch.push(row);
+                if batch.len() >= JOB_MAX_ROWS || bytes >= JOB_BYTES {
+                    bytes = 0;
+                    out.extend(work(std::mem::take(&mut batch)));
+                }
+                true
+            })?;
+            if !batch.is_empty() {
+                out.extend(work(batch));
+            }
+            Ok(out)
+        };
+        type Done<T> = (usize, std::thread::Result<Result<Vec<T>, ReadError>>);
+        let (tx, done) = channel::<Done<T>>();
+        self.pool.in_place_scope(|jobs| -> Result<(), RunError> {
+            let (mut started, mut next_commit) = (0usize, 0usize);
+            let mut worked: BTreeMap<usize, Vec<T>> = BTreeMap::new();
+            let result = (|| {
+                while next_commit < todo.len() {
+                    while started < todo.len() && started < next_commit + in_flight {
+                        let (seq, chunk, tx, job) = (started, todo[started], tx.clone(), &job);
+                        started += 1;
+                        jobs.spawn(move |_| {
+                            let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(
+                                || job(chunk),
+                            ));
+                            let _ = tx.send((seq, result));
+                        });
+                    }
+                    let Ok((seq, rows)) = done.recv() else { break };
+                    worked.insert(seq, resume(rows)?);
+                    while let Some(rows) = worked.remove(&next_commit) {
+                        next_commit += 1;
+                        commit(rows)?;
+                    }
+                }
+                Ok(())
+            })();
+            // After an error, the jobs started finish on their own (their results are
+            // dropped): the scope waits for them.
+            result
+        })
+    }
+
+    /// [`Context::pass`] with a reader thread that reads the files in order.
+    fn pass_in_order<T: Send>(
         &self,
         index: usize,
         wanted: Option<&[Wanted]>,

@@ -110,27 +110,38 @@ fn build(
         .num_threads(threads)
         .build()
         .context("failed to start the thread pool")?;
-    // The inputs are hashed before the build reads them (in parallel over the files), and again
-    // once it has read them: the manifest's hashes are of the bytes the rows came from, and a
-    // resume compares content, not sizes and times.
-    let input_files = pool.install(|| input_files(plan))?;
+    // The inputs are hashed as the build starts reading them, and again once it has read
+    // them: the manifest's hashes are of the bytes the rows came from, and a resume compares
+    // content, not sizes and times. Before the build only where it must compare them with an
+    // interrupted build's (or a merge's parts); else beside its first pass.
     let out = &plan.output_dir;
-    let key = resume_key(plan, Some(&input_files))?;
+    let hashed_now = std::cell::RefCell::new(None);
+    let key_now = || -> Result<ResumeKey> {
+        if hashed_now.borrow().is_none() {
+            let files = pool.install(|| hash_inputs(&input_paths(plan)))?;
+            *hashed_now.borrow_mut() = Some(files);
+        }
+        resume_key(plan, hashed_now.borrow().as_deref())
+    };
     let parts = match &args.merge {
         Some((dir, count)) => {
             let dir = dir
                 .clone()
                 .unwrap_or_else(|| crate::engine::partition::default_parts_dir(out));
-            Some(crate::engine::partition::Parts::open(&dir, *count, &key)?)
+            Some(crate::engine::partition::Parts::open(&dir, *count, &key_now()?)?)
         }
         None => None,
     };
     let resume = if args.fresh {
         engine::output::Resume::Fresh
     } else {
-        engine::output::Resume::IfSame(&key)
+        engine::output::Resume::IfSame(&key_now)
     };
     let output = engine::output::Output::prepare(out, &placement(plan), resume)?;
+    let hashes = match hashed_now.into_inner() {
+        Some(files) => InputHashes::known(resume_key(plan, Some(&files))?, files),
+        None => InputHashes::spawn(plan)?,
+    };
     let staging = output.staging().to_owned();
     if output.finished() {
         return swap_finished(output, printer);
@@ -149,8 +160,11 @@ fn build(
             staging.display()
         ))
     };
-    let mut journal =
-        Journal::open(&journal_dir, &key, segment_rows()?).map_err(|e| unreadable(e.into()))?;
+    let mut journal = match hashes.known_key() {
+        Some(key) => Journal::open(&journal_dir, key, segment_rows()?),
+        None => Journal::open_deferred(&journal_dir, hashes.clone(), segment_rows()?),
+    }
+    .map_err(|e| unreadable(e.into()))?;
     let restored = journal.positions().map_err(|e| unreadable(e.into()))?;
     if restored.is_some() {
         printer.info(&format!(
@@ -176,7 +190,7 @@ fn build(
     let spill_dir = work_dir.join(engine::output::SPILL);
     let rejects_path = staging.join("rejects.jsonl");
     let filtered_path = staging.join("filtered.jsonl");
-    // Hundreds of MB for a large build, never read back: written around the page cache.
+    // Hundreds of MB for a large build, never read back.
     let path = work_dir.join(engine::output::CONVERSATIONS);
     let resumed = |p: &Path| format!("failed to resume `{}`", p.display());
     if restored.is_none() && spill_dir.exists() {
@@ -236,6 +250,7 @@ fn build(
     drop(conversations);
     let settled = run.settled;
     let run_regenerate = run.regenerate;
+    let input_files = hashes.wait().map_err(anyhow::Error::msg)?.clone();
     // Written in the working directory (a resumed build goes on from it), copied into the
     // output without the conversations that were not selected.
     let final_conversations = staging.join("conversations.jsonl");
@@ -443,7 +458,7 @@ fn segment_rows() -> Result<u64> {
 }
 
 /// What an interrupted build must share with this one to be gone on from.
-/// `hashed`: the inputs' hashes, in [`input_files`]' order (a part, which does not hash its
+/// `hashed`: the inputs' hashes, in [`input_paths`]' order (a part, which does not hash its
 /// inputs, has none and compares them by size and modification time).
 pub fn resume_key(plan: &Plan, hashed: Option<&[InputFile]>) -> Result<ResumeKey> {
     let pipeline = identity::pipeline_value(&plan.pipeline_yaml)
@@ -558,12 +573,13 @@ fn input_paths(plan: &Plan) -> Vec<(InputKind, &str, &Path, &str)> {
     files
 }
 
-/// Size and SHA-256 of every input file, for the manifest, hashed in parallel.
-fn input_files(plan: &Plan) -> Result<Vec<InputFile>> {
+/// Size and SHA-256 of every input file, for the manifest, hashed in parallel over the files
+/// (on the current rayon pool).
+fn hash_inputs(paths: &[(InputKind, &str, &Path, &str)]) -> Result<Vec<InputFile>> {
     use rayon::prelude::*;
-    input_paths(plan)
-        .into_par_iter()
-        .map(|(kind, source, path, shown)| {
+    paths
+        .par_iter()
+        .map(|&(kind, source, path, shown)| {
             let (bytes, sha256) = identity::hash_file(path)
                 .with_context(|| format!("failed to read `{}`", path.display()))?;
             Ok(InputFile {
@@ -575,6 +591,105 @@ fn input_files(plan: &Plan) -> Result<Vec<InputFile>> {
             })
         })
         .collect()
+}
+
+/// Threads that hash the inputs beside a build: a few, since one large file is hashed by
+/// one thread anyway, and the build's own pool has the cores.
+const HASHING_THREADS: usize = 4;
+
+type Hashing = std::thread::JoinHandle<Result<Vec<InputFile>, String>>;
+
+/// The inputs' hashes and the build's resume key: known before the build, or being taken on
+/// threads of their own beside it (then the journal writes its key once they are ready).
+struct InputHashes {
+    /// The key with each input's size and modification time, without hashes.
+    base: ResumeKey,
+    thread: std::sync::Mutex<Option<Hashing>>,
+    done: std::sync::OnceLock<Result<Vec<InputFile>, String>>,
+    /// The whole key, once hashed.
+    key: std::sync::OnceLock<ResumeKey>,
+}
+
+impl InputHashes {
+    fn known(key: ResumeKey, files: Vec<InputFile>) -> Arc<InputHashes> {
+        Arc::new(InputHashes {
+            base: key.clone(),
+            thread: std::sync::Mutex::new(None),
+            done: std::sync::OnceLock::from(Ok(files)),
+            key: std::sync::OnceLock::from(key),
+        })
+    }
+
+    fn spawn(plan: &Plan) -> Result<Arc<InputHashes>> {
+        let base = resume_key(plan, None)?;
+        let owned: Vec<(InputKind, String, PathBuf, String)> = input_paths(plan)
+            .into_iter()
+            .map(|(k, s, p, shown)| (k, s.to_owned(), p.to_owned(), shown.to_owned()))
+            .collect();
+        let threads = owned.len().clamp(1, HASHING_THREADS);
+        let thread = std::thread::Builder::new()
+            .name("chatshards-hash".to_owned())
+            .spawn(move || {
+                let paths: Vec<_> = owned
+                    .iter()
+                    .map(|(k, s, p, shown)| (*k, s.as_str(), p.as_path(), shown.as_str()))
+                    .collect();
+                let hash = || hash_inputs(&paths).map_err(|e| format!("{e:#}"));
+                match rayon::ThreadPoolBuilder::new().num_threads(threads).build() {
+                    Ok(pool) => pool.install(hash),
+                    Err(_) => hash(),
+                }
+            })
+            .context("failed to start the input hashing thread")?;
+        Ok(Arc::new(InputHashes {
+            base,
+            thread: std::sync::Mutex::new(Some(thread)),
+            done: std::sync::OnceLock::new(),
+            key: std::sync::OnceLock::new(),
+        }))
+    }
+
+    /// The key, when the inputs were hashed before the build.
+    fn known_key(&self) -> Option<&ResumeKey> {
+        self.key.get()
+    }
+
+    /// The hashes, waiting for them.
+    fn wait(&self) -> Result<&Vec<InputFile>, String> {
+        let done = self.done.get_or_init(|| {
+            let thread = self.thread.lock().unwrap_or_else(|e| e.into_inner()).take();
+            match thread.map(std::thread::JoinHandle::join) {
+                Some(Ok(result)) => result,
+                Some(Err(_)) => Err("internal error: the input hashing thread failed".to_owned()),
+                None => Err("internal error: the inputs were never hashed".to_owned()),
+            }
+        });
+        done.as_ref().map_err(Clone::clone)
+    }
+}
+
+impl engine::journal::KeySource for InputHashes {
+    fn ready(&self) -> bool {
+        self.done.get().is_some()
+            || self
+                .thread
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .as_ref()
+                .is_none_or(std::thread::JoinHandle::is_finished)
+    }
+
+    fn key(&self) -> Result<ResumeKey, String> {
+        let files = self.wait()?;
+        let key = self.key.get_or_init(|| {
+            let mut key = self.base.clone();
+            for (stamp, file) in key.inputs.iter_mut().zip(files) {
+                stamp.sha256 = Some(file.sha256.clone());
+            }
+            key
+        });
+        Ok(key.clone())
+    }
 }
 
 /// Hashes every input again after the build read it: an input edited while it was read (the

@@ -54,10 +54,20 @@ fn open(
     options: &ReadOptions,
     skip_bom: bool,
 ) -> Result<BufReader<Counted<File>>, ReadError> {
+    open_with(path, options, skip_bom, 1 << 20)
+}
+
+/// [`open`] with a buffer of `capacity` bytes.
+fn open_with(
+    path: &Path,
+    options: &ReadOptions,
+    skip_bom: bool,
+    capacity: usize,
+) -> Result<BufReader<Counted<File>>, ReadError> {
     let io = |e| ReadError::Io(path.to_owned(), e);
     let counter = options.sample.as_ref().map(|s| s.bytes_read.clone());
     let file = Counted::new(File::open(path).map_err(io)?, counter);
-    let mut reader = BufReader::with_capacity(1 << 20, file);
+    let mut reader = BufReader::with_capacity(capacity, file);
     if skip_bom && reader.fill_buf().map_err(io)?.starts_with(BOM) {
         reader.consume(BOM.len());
     }
@@ -129,9 +139,21 @@ pub(super) fn read_line_range(
     sink: &mut Sink,
 ) -> Result<bool, ReadError> {
     let io = |e| ReadError::Io(path.to_owned(), e);
-    let mut reader = open(path, options, lo == 0)?;
+    // About the range (a small range is read by a build's worker, many at once), plus room
+    // for the line that runs past its end.
+    let capacity = usize::try_from(hi.saturating_sub(lo))
+        .unwrap_or(usize::MAX)
+        .saturating_add(64 << 10)
+        .clamp(64 << 10, 1 << 20);
+    let mut reader = open_with(path, options, false, capacity)?;
     let mut at = if lo == 0 {
-        0
+        // Past the byte order mark: the lines' offsets are the file's.
+        if reader.fill_buf().map_err(io)?.starts_with(BOM) {
+            reader.consume(BOM.len());
+            BOM.len() as u64
+        } else {
+            0
+        }
     } else {
         // The first line starting at or after `lo` starts after the first newline at or
         // after `lo - 1`.
@@ -157,7 +179,10 @@ pub(super) fn read_line_range(
     };
     let (mut row, mut number) = (0u64, 0u64);
     let mut line = Vec::new();
-    while at < hi {
+    // Where the next line starts, for whether it is in the range: the file's first line
+    // starts at 0, its byte order mark included.
+    let mut start = if lo == 0 { 0 } else { at };
+    while start < hi {
         line.clear();
         let read = next_line(&mut reader, &mut line, options.max_row_bytes).map_err(io)?;
         number += 1;
@@ -166,6 +191,7 @@ pub(super) fn read_line_range(
             Some(Line::TooLong(bytes)) => {
                 // Its length with the newline is not kept: ask the file where the read is.
                 at = reader.stream_position().map_err(io)?;
+                start = at;
                 Record::TooLarge {
                     bytes,
                     limit: options.max_row_bytes,
@@ -173,6 +199,7 @@ pub(super) fn read_line_range(
             }
             Some(Line::Kept) => {
                 at += line.len() as u64;
+                start = at;
                 if line.iter().all(u8::is_ascii_whitespace) {
                     if !sink(row, Some(number), Record::Blank) {
                         return Ok(false);

@@ -8,6 +8,7 @@
 //! whole) and a blank line (filtered `blank_line`, so that `read` counts every line). A file
 //! that cannot be read at all, or an array that breaks off, stops the run with its path.
 
+pub mod chunks;
 mod json;
 mod parquet;
 pub mod sample;

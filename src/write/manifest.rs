@@ -143,7 +143,7 @@ pub struct HubInput {
     pub sha256: String,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Clone, Serialize)]
 pub struct InputFile {
     pub kind: InputKind,
     pub source: String,

@@ -29,7 +29,7 @@ pub fn shuffle_key(seed: u64, sample_id: &str) -> u64 {
 pub struct Spill {
     dir: PathBuf,
     shuffled: bool,
-    /// Written around the page cache, like the outputs (see `direct`): the spill is as large
+    /// Written like the outputs (see `direct`): the spill is as large
     /// as the shards, and read back once.
     buckets: Vec<Option<OutputFile>>,
     rows: u64,
