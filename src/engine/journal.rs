@@ -54,6 +54,27 @@ pub enum JournalError {
     Key(String),
 }
 
+/// The file in which a journal notes the boot it was recorded under.
+const BOOT: &str = "boot_id";
+
+/// The running system's boot id (Linux), which changes at every restart.
+pub fn boot_id() -> Option<String> {
+    let id = fs::read_to_string("/proc/sys/kernel/random/boot_id").ok()?;
+    Some(id.trim().to_owned()).filter(|id| !id.is_empty())
+}
+
+/// Whether the journal in `dir` was recorded since the system last started: the spill and
+/// the working `conversations.jsonl` are not synced where the boot id is known (they survive
+/// a killed build in the page cache, not a restart), so a journal of another boot is not gone
+/// on from.
+pub fn same_boot(dir: &Path) -> bool {
+    match (fs::read_to_string(dir.join(BOOT)).ok(), boot_id()) {
+        (Some(then), Some(now)) => then.trim() == now,
+        (None, None) => true,
+        _ => false,
+    }
+}
+
 /// Where the key of a build that starts afresh comes from: its inputs are hashed beside its
 /// work rather than before it, and the key is written to `key.json` once they are, before any
 /// segment or pass is recorded (an interrupted build without `key.json` is never gone on from).
@@ -372,6 +393,10 @@ impl Journal {
             if !kept && (numbered.is_some_and(|n| n >= recorded) || name.ends_with(".tmp")) {
                 fs::remove_file(&path).map_err(|e| JournalError::Write(path.clone(), e))?;
             }
+        }
+        let boot = dir.join(BOOT);
+        if let (Some(id), false) = (boot_id(), boot.is_file()) {
+            write_synced(&boot, id.as_bytes()).map_err(|e| JournalError::Write(boot.clone(), e))?;
         }
         let key_path = dir.join(Self::KEY);
         let pending = match key {

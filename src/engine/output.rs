@@ -794,7 +794,8 @@ fn clear_stale_staging(staging: &Path, resume: &Resume) -> Result<bool> {
     if staged {
         if let Resume::IfSame(key) = resume {
             let journal = staging.join(WORK_DIR).join(JOURNAL);
-            if let Some(then) = Journal::key_in(&journal).filter(|_| has_recorded_pass(staging)) {
+            let resumable = has_recorded_pass(staging) && super::journal::same_boot(&journal);
+            if let Some(then) = Journal::key_in(&journal).filter(|_| resumable) {
                 let changed = then.differences(&key()?);
                 if changed.is_empty() {
                     return Ok(true);

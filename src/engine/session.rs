@@ -219,6 +219,12 @@ fn build(
                 .map_err(unreadable)?,
         ),
     };
+    // Scratch until the dataset is finished (and then synced with it): handed to the system
+    // at checkpoints without waiting for the device, where a restart can be told apart.
+    if engine::journal::boot_id().is_some() {
+        spill.unsynced();
+        conversations.unsynced();
+    }
     // stats.json: rows are counted as the shards are written, conversations (turns and tool
     // calls) from the settled selection.
     let mut row_stats = DatasetStats::new(

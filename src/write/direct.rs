@@ -39,6 +39,9 @@ pub struct OutputFile {
     /// The furthest byte a [`OutputFile::sync_point`] wrote (padding included), so that the
     /// end of the file can be cut back to what was really written.
     high: u64,
+    /// [`OutputFile::sync_point`] writes the staged bytes but does not sync them (see
+    /// [`OutputFile::unsynced`]).
+    unsynced: bool,
 }
 
 impl OutputFile {
@@ -111,11 +114,20 @@ impl OutputFile {
             direct,
             block,
             high: written,
+            unsynced: false,
         };
         if !direct {
             out.buffered()?;
         }
         Ok(out)
+    }
+
+    /// Makes [`OutputFile::sync_point`] hand its bytes to the system without waiting for the
+    /// device: a scratch file that must survive the process being killed (the page cache
+    /// keeps it) but not the machine restarting (a journal recorded under another boot is not
+    /// gone on from: `engine::journal::same_boot`).
+    pub fn unsynced(&mut self) {
+        self.unsynced = true;
     }
 
     /// Whether whole blocks still bypass the page cache.
@@ -173,7 +185,9 @@ impl OutputFile {
             } - self.start;
             self.high = self.high.max(self.written + end as u64);
         }
-        self.file.sync_data()?;
+        if !self.unsynced {
+            self.file.sync_data()?;
+        }
         Ok(len)
     }
 

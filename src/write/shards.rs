@@ -180,7 +180,9 @@ fn write_windowed(
                 }
             }
         });
-        let mut shards = Vec::with_capacity(count);
+        // A finished shard is synced (and its hash completed) on a thread of its own, while
+        // the next ones are written: the sync waits on the device.
+        let mut finishing = Vec::with_capacity(count);
         let mut current: Option<ShardWriter> = None;
         for ShardChunk {
             shard,
@@ -200,8 +202,15 @@ fn write_windowed(
             }
             if ends_shard {
                 if let Some(w) = current.take() {
-                    shards.push(w.finish()?);
+                    finishing.push(scope.spawn(move || w.finish()));
                 }
+            }
+        }
+        let mut shards = Vec::with_capacity(finishing.len());
+        for finish in finishing {
+            match finish.join() {
+                Ok(shard) => shards.push(shard?),
+                Err(panic) => std::panic::resume_unwind(panic),
             }
         }
         if shards.len() != count {

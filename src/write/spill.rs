@@ -33,6 +33,8 @@ pub struct Spill {
     /// as the shards, and read back once.
     buckets: Vec<Option<OutputFile>>,
     rows: u64,
+    /// Bucket files are not synced at sync points (see [`OutputFile::unsynced`]).
+    unsynced: bool,
     /// One encoded row, written with a single call.
     scratch: Vec<u8>,
 }
@@ -45,6 +47,7 @@ impl Spill {
             shuffled,
             buckets: Vec::new(),
             rows: 0,
+            unsynced: false,
             scratch: Vec::new(),
         })
     }
@@ -86,8 +89,11 @@ impl Spill {
         }
         if self.buckets[b].is_none() {
             let path = self.path(b);
-            let file =
+            let mut file =
                 OutputFile::with_block(&path, BUCKET_BLOCK).map_err(|e| WriteError::Io(path, e))?;
+            if self.unsynced {
+                file.unsynced();
+            }
             self.buckets[b] = Some(file);
         }
         // The bucket's path is formatted only for an error, not for every row.
@@ -99,6 +105,15 @@ impl Spill {
         }
         self.rows += 1;
         Ok(())
+    }
+
+    /// Sync points hand the rows to the system without waiting for the device (see
+    /// [`OutputFile::unsynced`]): the spill is scratch, read back once.
+    pub fn unsynced(&mut self) {
+        self.unsynced = true;
+        for w in self.buckets.iter_mut().flatten() {
+            w.unsynced();
+        }
     }
 
     /// Makes every row pushed so far durable and says where each bucket stands, so that a
