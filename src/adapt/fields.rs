@@ -2,9 +2,24 @@
 
 use super::Repairs;
 use crate::conversation::ToolCall;
+use crate::model::json_exact;
 use crate::reject::{Reject, RejectReason, Repair};
 use indexmap::IndexMap;
 use serde_json::{Map, Value};
+
+/// JSON held in a string at `field`, read as Python reads it
+/// ([`json_exact`](crate::model::json_exact)): `Err` for an integer outside 64 bits (the
+/// row's reject, naming where it is), `Ok(Err(_))` for text that is not JSON, which each
+/// caller words (or tries another syntax for) itself.
+pub fn embedded_json(text: &str, field: &str) -> Result<Result<Value, json_exact::Error>, Reject> {
+    match json_exact::from_str(text) {
+        Err(e) => match e.out_of_range(field) {
+            Some(reject) => Err(reject),
+            None => Ok(Err(e)),
+        },
+        ok => Ok(ok),
+    }
+}
 
 pub fn kind(v: &Value) -> &'static str {
     match v {
@@ -58,7 +73,7 @@ pub fn list_or_json_string(
         None | Some(Value::Null) => Ok(None),
         Some(Value::Array(a)) => Ok(Some(a.clone())),
         Some(Value::String(s)) if s.trim().is_empty() => Ok(None),
-        Some(Value::String(s)) => match serde_json::from_str::<Value>(s) {
+        Some(Value::String(s)) => match embedded_json(s, field)? {
             Ok(Value::Array(a)) => {
                 repairs.push(Repair::JsonStringParsed);
                 Ok(Some(a))
@@ -106,7 +121,12 @@ pub fn has_calls(m: &Map<String, Value>, keys: &[&str]) -> bool {
     keys.iter().any(|k| match m.get(*k) {
         Some(Value::Array(a)) => !a.is_empty(),
         Some(Value::String(s)) => {
-            matches!(serde_json::from_str::<Value>(s), Ok(Value::Array(a)) if !a.is_empty())
+            // An integer outside 64 bits counts as a call: reading the calls rejects the row.
+            match json_exact::from_str(s) {
+                Ok(Value::Array(a)) => !a.is_empty(),
+                Err(json_exact::Error::OutOfRange { .. }) => true,
+                _ => false,
+            }
         }
         _ => false,
     }) || m.get("function_call").is_some_and(Value::is_object)
@@ -189,7 +209,7 @@ pub fn arguments_object(
             repairs.push(Repair::ToolArgumentsParsed);
             Ok(IndexMap::new())
         }
-        Some(Value::String(s)) => match serde_json::from_str::<Value>(s) {
+        Some(Value::String(s)) => match embedded_json(s, field)? {
             Ok(Value::Object(o)) => {
                 repairs.push(Repair::ToolArgumentsParsed);
                 Ok(o.into_iter().collect())

@@ -156,7 +156,7 @@ fn function_calls(
     let parsed;
     let value = match value {
         Some(Value::String(s)) => {
-            parsed = serde_json::from_str::<Value>(s).map_err(|e| {
+            parsed = super::fields::embedded_json(s, field)?.map_err(|e| {
                 Reject::new(
                     RejectReason::InvalidToolArguments,
                     format!("`{field}` is not a valid JSON function call: {e}"),

@@ -12,6 +12,7 @@
 use super::fields::kind;
 use super::Repairs;
 use crate::conversation::{Conversation, Message, Role, ToolCall};
+use crate::model::json_exact;
 use crate::reject::{Reject, RejectReason, Repair};
 use serde_json::{Map, Value};
 use std::collections::{HashMap, VecDeque};
@@ -59,11 +60,12 @@ pub fn normalize(tool: Value, field: &str, repairs: &mut Repairs) -> Result<Valu
         _ => return Err(invalid(format!("`{field}` has no function name"))),
     }
     if let Some(Value::String(p)) = function.get("parameters") {
-        let parsed = serde_json::from_str::<Value>(p).map_err(|e| {
-            invalid(format!(
-                "`{field}.parameters` is a string but not valid JSON: {e}"
-            ))
-        })?;
+        let parsed =
+            super::fields::embedded_json(p, &format!("{field}.parameters"))?.map_err(|e| {
+                invalid(format!(
+                    "`{field}.parameters` is a string but not valid JSON: {e}"
+                ))
+            })?;
         function.insert("parameters".into(), parsed);
         repairs.push(Repair::JsonStringParsed);
     }
@@ -79,12 +81,11 @@ pub fn parse_list_text(text: &str, repairs: &mut Repairs) -> Option<Vec<Value>> 
     if text.is_empty() {
         return Some(Vec::new());
     }
-    let stream: Result<Vec<Value>, _> = serde_json::Deserializer::from_str(text)
-        .into_iter::<Value>()
-        .collect();
-    let items = match stream {
+    let items = match json_exact::stream(text).collect::<Result<Vec<_>, _>>() {
         Ok(items) => items,
-        Err(_) => match super::pyliteral::parse(text) {
+        // Not read as a list: the callers keep the text or reject the row.
+        Err(json_exact::Error::OutOfRange { .. }) => return None,
+        Err(json_exact::Error::Json(_)) => match super::pyliteral::parse(text) {
             Ok(v) => {
                 repairs.push(Repair::PythonLiteralParsed);
                 vec![v]
