@@ -76,21 +76,25 @@ pub fn normalize(tool: Value, field: &str, repairs: &mut Repairs) -> Result<Valu
 /// JSON array, a single JSON object, JSON objects one after another (one per line, or
 /// pretty-printed and separated by blank lines), or the same as a Python literal. `None` when it
 /// is none of these.
-pub fn parse_list_text(text: &str, repairs: &mut Repairs) -> Option<Vec<Value>> {
+/// An integer outside 64 bits is the row's reject (naming `field`).
+pub fn parse_list_text(
+    text: &str,
+    field: &str,
+    repairs: &mut Repairs,
+) -> Result<Option<Vec<Value>>, Reject> {
     let text = crate::conversation::py_trim(text);
     if text.is_empty() {
-        return Some(Vec::new());
+        return Ok(Some(Vec::new()));
     }
     let items = match json_exact::stream(text).collect::<Result<Vec<_>, _>>() {
         Ok(items) => items,
-        // Not read as a list: the callers keep the text or reject the row.
-        Err(json_exact::Error::OutOfRange { .. }) => return None,
-        Err(json_exact::Error::Json(_)) => match super::pyliteral::parse(text) {
-            Ok(v) => {
+        Err(e) => match (e.out_of_range(field), super::pyliteral::parse(text)) {
+            (Some(reject), _) => return Err(reject),
+            (None, Ok(v)) => {
                 repairs.push(Repair::PythonLiteralParsed);
                 vec![v]
             }
-            Err(_) => return None,
+            (None, Err(_)) => return Ok(None),
         },
     };
     let mut out = Vec::new();
@@ -100,7 +104,7 @@ pub fn parse_list_text(text: &str, repairs: &mut Repairs) -> Option<Vec<Value>> 
             other => out.push(other),
         }
     }
-    Some(out)
+    Ok(Some(out))
 }
 
 /// Removes `null`-valued keys from objects, recursively. Parquet struct columns give every
