@@ -299,6 +299,45 @@ fn integers_outside_64_bits_are_rejected_not_rendered_differently() {
         .is_some_and(|t| t.contains("\"a\": 0}") || t.contains("<parameter=a>\n0\n")));
 }
 
+/// Content given as a list of text parts is joined as vLLM joins it: a template that loops
+/// over the parts (Qwen3.5, Qwen3.6) concatenates them itself, so they are joined with
+/// nothing; Qwen3 does not, so vLLM passes it the parts joined with "\n" (transformers would
+/// render such content empty). The expected texts are transformers' renders of the joined
+/// strings.
+#[test]
+fn text_parts_are_joined_as_vllm_joins_them() {
+    let line = r#"{"messages": [{"role": "system", "content": [{"type": "text", "text": "You are"}, {"type": "text", "text": "terse."}]}, {"role": "user", "content": [{"type": "text", "text": "Part A,"}, {"type": "text", "text": "part B."}]}, {"role": "assistant", "content": "ok"}]}"#;
+    let tail = "<|im_start|>assistant\n<think>\n\n</think>\n\nok<|im_end|>\n";
+    let want = [
+        ("qwen3", "\n", "<|im_start|>system\nYou are\nterse.<|im_end|>\n<|im_start|>user\nPart A,\npart B.<|im_end|>\n"),
+        ("qwen3.5", "", "<|im_start|>system\nYou areterse.<|im_end|>\n<|im_start|>user\nPart A,part B.<|im_end|>\n"),
+        ("qwen3.6", "", "<|im_start|>system\nYou areterse.<|im_end|>\n<|im_start|>user\nPart A,part B.<|im_end|>\n"),
+    ];
+    let adapter = Adapter::OpenAi(OpenAiAdapter::default());
+    for (name, separator, head) in want {
+        let p = processor_for(name, Map::new(), RenderPolicy::All);
+        assert_eq!(p.renderer.text_part_separator(), separator, "{name}");
+        let c = adapter
+            .prepare_record(
+                chatshards::read::Record::Line(line.as_bytes().to_vec()),
+                &mut Repairs::new(),
+            )
+            .expect("adapts");
+        assert_eq!(c.messages[1].part_breaks, vec!["Part A,".len()]);
+        let rows = p.tokenize(&c).unwrap_or_else(|e| panic!("{name}: {e:?}"));
+        assert_eq!(rows[0].text, format!("{head}{tail}"), "{name}");
+        // What the build does first: the conversation's own text joined the same way.
+        let mut joined = c.clone();
+        joined.join_text_parts(separator);
+        assert!(!joined.has_text_parts());
+        assert_eq!(
+            joined.messages[1].content,
+            format!("Part A,{separator}part B.")
+        );
+        assert_eq!(p.tokenize(&joined).expect("renders")[0].text, rows[0].text);
+    }
+}
+
 /// `expand` rows equal the oracle's per-query prefix renders.
 #[test]
 fn qwen36_expand_matches_prefix_renders() {

@@ -98,8 +98,8 @@ pub fn list_or_json_string(
     }
 }
 
-/// Content as text: a string, `null`, or a list of text parts (joined with no separator,
-/// exactly as the Qwen templates render them). Image, video and audio parts are rejected.
+/// Content as text: a string, `null`, or a list of text parts (joined with no separator; see
+/// [`content_parts`] for where they were). Image, video and audio parts are rejected.
 /// A message's content where an assistant turn that makes calls may have none (OpenAI format:
 /// `"content": null` beside `tool_calls`): that is an empty string; anywhere else a missing or
 /// null content is rejected (`missing_field`).
@@ -108,10 +108,10 @@ pub fn message_content(
     field: &str,
     makes_calls: bool,
     repairs: &mut Repairs,
-) -> Result<String, Reject> {
+) -> Result<(String, Vec<usize>), Reject> {
     match value {
-        None | Some(Value::Null) if makes_calls => Ok(String::new()),
-        other => content_text(other, field, repairs),
+        None | Some(Value::Null) if makes_calls => Ok((String::new(), Vec::new())),
+        other => content_parts(other, field, repairs),
     }
 }
 
@@ -137,15 +137,27 @@ pub fn content_text(
     field: &str,
     repairs: &mut Repairs,
 ) -> Result<String, Reject> {
+    content_parts(value, field, repairs).map(|(text, _)| text)
+}
+
+/// [`content_text`], with where each text part after the first begins in the text (empty
+/// unless the content is a list of two or more parts): the template decides how parts are
+/// joined ([`Conversation::join_text_parts`](crate::conversation::Conversation::join_text_parts)).
+pub fn content_parts(
+    value: Option<&Value>,
+    field: &str,
+    repairs: &mut Repairs,
+) -> Result<(String, Vec<usize>), Reject> {
     match value {
         // Kept as an empty string it would train an empty turn the data never had.
         None | Some(Value::Null) => Err(Reject::new(
             RejectReason::MissingField,
             format!("`{field}` is missing or null"),
         )),
-        Some(Value::String(s)) => Ok(s.clone()),
+        Some(Value::String(s)) => Ok((s.clone(), Vec::new())),
         Some(Value::Array(parts)) => {
             let mut text = String::new();
+            let mut breaks = Vec::new();
             for (i, part) in parts.iter().enumerate() {
                 let Value::Object(part) = part else {
                     return Err(Reject::new(
@@ -170,7 +182,12 @@ pub fn content_text(
                     ));
                 }
                 match part.get("text") {
-                    Some(Value::String(t)) => text.push_str(t),
+                    Some(Value::String(t)) => {
+                        if i > 0 {
+                            breaks.push(text.len());
+                        }
+                        text.push_str(t);
+                    }
                     _ => {
                         return Err(Reject::new(
                             RejectReason::InvalidField,
@@ -183,7 +200,7 @@ pub fn content_text(
                 }
             }
             repairs.push(Repair::ContentPartsJoined);
-            Ok(text)
+            Ok((text, breaks))
         }
         Some(other) => Err(Reject::new(
             RejectReason::InvalidField,

@@ -111,13 +111,14 @@ fn message(value: &Value, field: &str, repairs: &mut Repairs) -> Result<Message,
         )
     })?;
     let makes_calls = role == Role::Assistant && has_calls(m, &["tool_calls"]);
-    let content = message_content(
+    let (content, part_breaks) = message_content(
         m.get("content"),
         &format!("{field}.content"),
         makes_calls,
         repairs,
     )?;
     let mut message = Message::new(role, content);
+    message.part_breaks = part_breaks;
     match role {
         Role::Assistant => {
             for key in ["reasoning_content", "reasoning", "thinking"] {
