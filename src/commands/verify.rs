@@ -12,7 +12,7 @@
 //! that an edit the checks before it explain is named by them.
 //!
 //! A dataset replaced while it is read (a build's final swap) could look damaged: a check that
-//! fails when the directory or its manifest changed during it runs once more on the new one.
+//! fails when the directory or its manifest changed during it runs again on the new one.
 
 use super::dataset_dir::{read_shard, OutputDir};
 use crate::engine::session::BuildArgs;
@@ -54,17 +54,23 @@ pub fn run(args: &VerifyArgs, printer: &Printer) -> Result<()> {
 }
 
 /// Opens `dir` and runs every check but the rebuild. A check that fails while the directory
-/// was replaced under it (the final swap of a build) is run once more on the new dataset.
+/// was replaced under it (the final swap of a build) is run again on the new dataset; if it
+/// keeps being replaced (builds in a loop), verify says so instead of reporting damage that
+/// is only a mix of two datasets.
 fn open_checked(dir: &Path) -> Result<OutputDir> {
-    let mut again = true;
-    loop {
+    const ATTEMPTS: usize = 3;
+    for _ in 0..ATTEMPTS {
         let before = snapshot(dir);
         let checked = OutputDir::open(dir).and_then(|out| check(&out).map(|()| out));
         match checked {
-            Err(_) if again && snapshot(dir) != before => again = false,
+            Err(_) if snapshot(dir) != before => continue,
             checked => return checked,
         }
     }
+    bail!(
+        "`{}` changed during verify, retry: a build replaced it {ATTEMPTS} times while it was read",
+        dir.display()
+    )
 }
 
 /// What identifies the dataset at `dir` now: the directory's and its manifest's inodes, and
