@@ -58,11 +58,17 @@ pub fn run(args: &VerifyArgs, printer: &Printer) -> Result<()> {
 /// keeps being replaced (builds in a loop), verify says so instead of reporting damage that
 /// is only a mix of two datasets.
 fn open_checked(dir: &Path) -> Result<OutputDir> {
+    until_unchanged(dir, |dir| {
+        OutputDir::open(dir).and_then(|out| check(&out).map(|()| out))
+    })
+}
+
+/// `attempt` on `dir`, run again while it fails and `dir` was replaced during it.
+fn until_unchanged<T>(dir: &Path, mut attempt: impl FnMut(&Path) -> Result<T>) -> Result<T> {
     const ATTEMPTS: usize = 3;
     for _ in 0..ATTEMPTS {
         let before = snapshot(dir);
-        let checked = OutputDir::open(dir).and_then(|out| check(&out).map(|()| out));
-        match checked {
+        match attempt(dir) {
             Err(_) if snapshot(dir) != before => continue,
             checked => return checked,
         }
@@ -517,4 +523,72 @@ fn read_full(reader: &mut impl Read, buf: &mut [u8]) -> std::io::Result<usize> {
         }
     }
     Ok(filled)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Replaces `dir` with a new directory (another manifest), as a build's
+    /// final swap does (the old one moved aside).
+    fn swap(dir: &Path, round: usize) {
+        let aside = dir.with_extension(format!("old{round}"));
+        fs::rename(dir, &aside).expect("aside");
+        fs::create_dir(dir).expect("new");
+        fs::write(dir.join("manifest.json"), "x".repeat(round + 1)).expect("manifest");
+    }
+
+    fn setup() -> (tempfile::TempDir, PathBuf) {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let dir = tmp.path().join("ds");
+        fs::create_dir(&dir).expect("mkdir");
+        fs::write(dir.join("manifest.json"), "{}").expect("manifest");
+        (tmp, dir)
+    }
+
+    #[test]
+    fn a_check_failing_across_a_swap_runs_again_on_the_new_dataset() {
+        let (_tmp, dir) = setup();
+        let mut round = 0;
+        let got = until_unchanged(&dir, |_| {
+            round += 1;
+            if round == 1 {
+                swap(&dir, round);
+                bail!("shard 0 differs"); // the old manifest against the new shards
+            }
+            Ok(round)
+        });
+        assert_eq!(got.expect("passes on the new dataset"), 2);
+    }
+
+    #[test]
+    fn a_dataset_swapped_during_every_run_is_reported_changed_not_damaged() {
+        let (_tmp, dir) = setup();
+        let mut round = 0;
+        let got: Result<()> = until_unchanged(&dir, |_| {
+            round += 1;
+            swap(&dir, round);
+            bail!("shard 0 differs");
+        });
+        assert_eq!(round, 3);
+        assert_eq!(
+            got.expect_err("changed").to_string(),
+            format!(
+                "`{}` changed during verify, retry: a build replaced it 3 times while it was read",
+                dir.display()
+            )
+        );
+    }
+
+    #[test]
+    fn damage_while_nothing_changes_is_reported_at_once() {
+        let (_tmp, dir) = setup();
+        let mut round = 0;
+        let got: Result<()> = until_unchanged(&dir, |_| {
+            round += 1;
+            bail!("shard 0 differs");
+        });
+        assert_eq!(round, 1);
+        assert_eq!(got.expect_err("damaged").to_string(), "shard 0 differs");
+    }
 }
