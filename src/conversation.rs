@@ -57,6 +57,11 @@ pub struct Message {
     pub name: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tool_call_id: Option<String>,
+    /// Content given as a list of text parts: where each part after the first begins in
+    /// `content` (the parts joined with no separator) until [`Conversation::join_text_parts`]
+    /// joins them as the template expects. Empty otherwise.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub part_breaks: Vec<usize>,
 }
 
 impl Message {
@@ -69,6 +74,7 @@ impl Message {
             tool_calls: Vec::new(),
             name: None,
             tool_call_id: None,
+            part_breaks: Vec::new(),
         }
     }
     pub fn system(content: impl Into<String>) -> Self {
@@ -116,6 +122,37 @@ impl Conversation {
     }
 
     /// The JSON object handed to the chat template as `messages` (and `tools`).
+    /// Joins the text parts of every message given as a list of them with `separator` (see
+    /// `Renderer::text_part_separator`): content then holds exactly what the template renders.
+    pub fn join_text_parts(&mut self, separator: &str) {
+        for m in &mut self.messages {
+            let breaks = std::mem::take(&mut m.part_breaks);
+            if separator.is_empty() || breaks.is_empty() {
+                continue;
+            }
+            let mut joined =
+                String::with_capacity(m.content.len() + breaks.len() * separator.len());
+            let mut start = 0;
+            for b in breaks {
+                // Offsets recorded by the adapter; anything else (content edited since) is
+                // left joined as it is.
+                let Some(part) = m.content.get(start..b) else {
+                    continue;
+                };
+                joined.push_str(part);
+                joined.push_str(separator);
+                start = b;
+            }
+            joined.push_str(&m.content[start..]);
+            m.content = joined;
+        }
+    }
+
+    /// Whether a message still has text parts to join ([`Self::join_text_parts`]).
+    pub fn has_text_parts(&self) -> bool {
+        self.messages.iter().any(|m| !m.part_breaks.is_empty())
+    }
+
     pub fn to_template_messages(&self) -> Value {
         Value::Array(self.messages.iter().map(message_to_openai).collect())
     }

@@ -11,6 +11,9 @@ use std::fmt;
 pub enum RejectReason {
     /// The line or record is not valid JSON.
     InvalidJson,
+    /// An integer literal outside the 64-bit range, which Python keeps exact and chatshards
+    /// cannot render the same way.
+    NumberOutOfRange,
     /// A field the format needs is absent or null.
     MissingField,
     /// A field has the wrong type or an unparseable value.
@@ -68,6 +71,7 @@ impl RejectReason {
     pub fn code(self) -> &'static str {
         match self {
             RejectReason::InvalidJson => "invalid_json",
+            RejectReason::NumberOutOfRange => "number_out_of_range",
             RejectReason::MissingField => "missing_field",
             RejectReason::InvalidField => "invalid_field",
             RejectReason::UnknownRole => "unknown_role",
@@ -307,6 +311,7 @@ mod tests {
         use RejectReason as R;
         for r in [
             R::InvalidJson,
+            R::NumberOutOfRange,
             R::MissingField,
             R::InvalidField,
             R::UnknownRole,

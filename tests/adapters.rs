@@ -16,7 +16,7 @@ use chatshards::plan::config::{ColumnsConfig, FormatName, TagsConfig};
 use chatshards::plan::FormatOptions;
 use chatshards::read::read_files;
 use chatshards::read::Record;
-use chatshards::reject::{Reject, RejectReason, Skip};
+use chatshards::reject::Skip;
 use chatshards::render::Renderer;
 use chatshards::tokenize::Tokenizer;
 use chatshards::validate::Validator;
@@ -778,12 +778,9 @@ fn same_from_line(adapter: &Adapter, line: &[u8]) -> bool {
     let mut from_line = Repairs::new();
     let got = adapter.prepare_record(Record::Line(line.to_vec()), &mut from_line);
     let mut from_value = Repairs::new();
-    let want = match serde_json::from_slice::<Value>(line) {
+    let want = match chatshards::read::parse(line) {
         Ok(value) => adapter.prepare(&value, &mut from_value),
-        Err(e) => Err(Skip::Rejected(Reject::new(
-            RejectReason::InvalidJson,
-            chatshards::read::one_line_error(&e),
-        ))),
+        Err(reject) => Err(Skip::Rejected(reject)),
     };
     assert_eq!(
         (&got, &from_line),
@@ -830,6 +827,12 @@ fn openai_lines_adapt_as_their_values() {
         r#"[{"role":"user","content":"a"}]"#,
         r#"{"messages":[{"role":"user","content":"a"}]"#,
         "\u{feff}{\"messages\":[]}",
+        // Numbers serde_json reads unlike Python (`-0`, integers outside 64 bits), in fields
+        // the typed path reads and in fields it ignores.
+        r#"{"messages":[{"role":"assistant","tool_calls":[{"function":{"name":"f","arguments":{"a":-0}}}]}]}"#,
+        r#"{"messages":[{"role":"user","content":"a"}],"tools":[{"function":{"name":"f","parameters":{"default":18446744073709551616}}}]}"#,
+        r#"{"id":-0,"messages":[{"role":"user","content":"a"}]}"#,
+        r#"{"messages":[{"role":"user","content":"a","meta":{"n":[1,-18446744073709551616]}}]}"#,
     ];
     let typed: Vec<bool> = lines
         .iter()

@@ -770,3 +770,61 @@ fn timings_are_printed_even_when_quiet_add_up_and_change_no_byte_of_output() {
     }
     assert_eq!(shards[0], shards[1]);
 }
+
+/// A build under the Qwen3 template: `-0` in call arguments is kept and rendered `0`, an
+/// integer outside 64 bits rejects its row naming the field, and text parts are joined with
+/// "\n" in `conversations.jsonl` and the shards alike (vLLM's join for this template).
+#[test]
+fn build_reads_numbers_as_python_and_joins_text_parts_for_the_template() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let rows = [
+        r#"{"messages":[{"role":"user","content":"call f"},{"role":"assistant","content":"","tool_calls":[{"type":"function","function":{"name":"f","arguments":{"a":-0}}}]},{"role":"tool","content":"ok"},{"role":"assistant","content":"done"}]}"#,
+        r#"{"messages":[{"role":"user","content":"call g"},{"role":"assistant","content":"","tool_calls":[{"type":"function","function":{"name":"g","arguments":"{\"n\": 18446744073709551616}"}}]},{"role":"tool","content":"ok"},{"role":"assistant","content":"done"}]}"#,
+        r#"{"messages":[{"role":"user","content":[{"type":"text","text":"Part A,"},{"type":"text","text":"part B."}]},{"role":"assistant","content":"ok"}]}"#,
+    ];
+    let data = tmp.path().join("rows.jsonl");
+    std::fs::write(&data, rows.join("\n") + "\n").expect("write rows");
+    let p = pipeline(
+        tmp.path(),
+        &format!(
+            "min_supervised_tokens: 1\nsources:\n  - name: s\n    files: [{}]\n    format: openai\noutput:\n  dir: out\n",
+            data.display()
+        ),
+    );
+    let yaml = std::fs::read_to_string(&p).expect("pipeline");
+    std::fs::write(
+        &p,
+        yaml.replace("qwen3.6/chat_template", "qwen3/chat_template"),
+    )
+    .expect("w");
+    let out = build(&p, 1);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let dir = tmp.path().join("out");
+    let rejects = std::fs::read_to_string(dir.join("rejects.jsonl")).expect("rejects");
+    let rejects: Vec<Value> = rejects
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("json"))
+        .collect();
+    assert_eq!(rejects.len(), 1, "{rejects:?}");
+    assert_eq!(rejects[0]["reason"], "number_out_of_range");
+    assert_eq!(
+        rejects[0]["message"],
+        "`messages[1].tool_calls[0].function.arguments.n` is the integer 18446744073709551616, \
+         outside the 64-bit range: Python (transformers) renders it exactly, chatshards would \
+         render it as a float"
+    );
+    let conversations = std::fs::read_to_string(dir.join("conversations.jsonl")).expect("read");
+    assert!(
+        conversations.contains(r#""value":"Part A,\npart B.""#),
+        "{conversations}"
+    );
+    assert!(
+        conversations.contains(r#"\"arguments\":{\"a\":0}"#),
+        "{conversations}"
+    );
+    assert!(!conversations.contains("-0.0"), "{conversations}");
+}

@@ -5,6 +5,7 @@
 use chatshards::adapt::{Adapter, OpenAiAdapter, Repairs};
 use chatshards::engine::row_path::RowProcessor;
 use chatshards::plan::config::{LengthPolicy, RenderPolicy};
+use chatshards::reject::Skip;
 use chatshards::render::{plan_rows, Engine, Renderer};
 use chatshards::tokenize::Tokenizer;
 use chatshards::validate::Validator;
@@ -29,8 +30,21 @@ fn by_name(path: &str) -> HashMap<String, Value> {
         .collect()
 }
 
+/// The oracle cases, read as a build reads a JSON line (Python's reading of `-0`), except
+/// those the build rejects for an integer outside 64 bits ([`refused_cases`]).
 fn cases() -> Vec<Value> {
-    read_jsonl("tests/oracle/cases.jsonl")
+    case_lines()
+        .filter_map(|line| chatshards::read::parse(line.as_bytes()).ok())
+        .collect()
+}
+
+fn case_lines() -> impl Iterator<Item = String> {
+    let text =
+        std::fs::read_to_string(Path::new(ROOT).join("tests/oracle/cases.jsonl")).expect("cases");
+    text.lines()
+        .map(str::to_owned)
+        .collect::<Vec<_>>()
+        .into_iter()
 }
 
 fn template(name: &str) -> String {
@@ -76,11 +90,6 @@ fn raw_render_matches(template_name: &str) {
         let add_gen = case["add_generation_prompt"].as_bool().unwrap_or(false);
         let ours = renderer.render_json(case["messages"].clone(), &tools(&case), add_gen);
         match (&golden["text"], &golden["error"], ours) {
-            (_, _, Ok(got)) if name == "tool_args_huge_int" => {
-                // 2**64 does not fit serde_json's u64/i64 and arrives as a float: a documented
-                // limitation (Python keeps arbitrary-precision integers).
-                assert!(got.contains("1.8446744073709552e+19"), "{got}");
-            }
             (Value::String(want), _, Ok(got)) => assert_eq!(&got, want, "{template_name}/{name}"),
             (_, Value::Object(err), Err(got)) => {
                 // Template guards raise with a message we must reproduce verbatim; Python
@@ -142,7 +151,9 @@ fn pipeline_expectation(name: &str) -> Option<&'static str> {
         "tool_args_json_string" | "tool_args_empty_string" | "tool_args_null" => Some("repaired"),
         // Text-only data: image and video parts are rejected.
         "user_image_and_video_parts" | "user_image_add_vision_id" => Some("multimodal_content"),
-        "tool_args_huge_int" => Some("skip"),
+        // Python keeps integers outside 64 bits exact; chatshards cannot, so it rejects them
+        // (`integers_outside_64_bits_are_rejected_not_rendered_differently`).
+        "tool_args_huge_int" | "tool_schema_huge_int_default" => Some("number_out_of_range"),
         _ => None,
     }
 }
@@ -205,6 +216,126 @@ fn qwen36_pipeline_matches_transformers_and_qwen_tokenizer() {
         }
     }
     assert!(compared >= 45, "only {compared} cases compared");
+}
+
+/// An integer outside 64 bits, in tool-call arguments or a tool schema, is rendered exactly by
+/// transformers and would become a float here: the build rejects the row, naming the field,
+/// instead of rendering it differently.
+#[test]
+fn integers_outside_64_bits_are_rejected_not_rendered_differently() {
+    let adapter = Adapter::OpenAi(OpenAiAdapter::default());
+    let want = [
+        (
+            "tool_args_huge_int",
+            "`messages[1].tool_calls[0].function.arguments.big` is the integer \
+             18446744073709551616, outside the 64-bit range: Python (transformers) renders it \
+             exactly, chatshards would render it as a float",
+        ),
+        (
+            "tool_schema_huge_int_default",
+            "`tools[0].function.parameters.properties.x.default` is the integer \
+             18446744073709551616, outside the 64-bit range: Python (transformers) renders it \
+             exactly, chatshards would render it as a float",
+        ),
+    ];
+    let lines: HashMap<String, String> = case_lines()
+        .map(|l| {
+            let v: Value = serde_json::from_str(&l).expect("case");
+            (v["name"].as_str().expect("name").to_owned(), l)
+        })
+        .collect();
+    for template_name in ["qwen3.6", "qwen3.5", "qwen3"] {
+        let goldens = by_name(&format!("tests/golden/render/{template_name}.jsonl"));
+        for (name, message) in want {
+            let text = goldens[name]["text"]
+                .as_str()
+                .expect("transformers renders it");
+            assert!(
+                text.contains("18446744073709551616"),
+                "{template_name}/{name}"
+            );
+            let got = adapter.prepare_record(
+                chatshards::read::Record::Line(lines[name].clone().into_bytes()),
+                &mut Repairs::new(),
+            );
+            match got {
+                Err(Skip::Rejected(r)) => {
+                    assert_eq!(
+                        (r.reason.code(), r.message.as_str()),
+                        ("number_out_of_range", message)
+                    )
+                }
+                other => panic!("{name}: {other:?}"),
+            }
+        }
+    }
+    assert!(cases()
+        .iter()
+        .all(|c| !want.iter().any(|(n, _)| c["name"] == *n)));
+    // `-0` in arguments or a schema is the integer 0 to Python, `-0.0` stays a float: a JSON
+    // line renders byte-identical to transformers through the build's own reading.
+    let goldens = by_name("tests/golden/render/qwen3.6.jsonl");
+    let p = processor(Map::new(), RenderPolicy::All);
+    for name in [
+        "tool_args_minus_zero",
+        "tool_args_minus_zero_float",
+        "tool_schema_minus_zero_default",
+    ] {
+        let c = adapter
+            .prepare_record(
+                chatshards::read::Record::Line(lines[name].clone().into_bytes()),
+                &mut Repairs::new(),
+            )
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        let rows = p.tokenize(&c).unwrap_or_else(|e| panic!("{name}: {e:?}"));
+        assert_eq!(
+            Some(rows[0].text.as_str()),
+            goldens[name]["text"].as_str(),
+            "{name}"
+        );
+    }
+    assert!(goldens["tool_args_minus_zero"]["text"]
+        .as_str()
+        .is_some_and(|t| t.contains("\"a\": 0}") || t.contains("<parameter=a>\n0\n")));
+}
+
+/// Content given as a list of text parts is joined as vLLM joins it: a template that loops
+/// over the parts (Qwen3.5, Qwen3.6) concatenates them itself, so they are joined with
+/// nothing; Qwen3 does not, so vLLM passes it the parts joined with "\n" (transformers would
+/// render such content empty). The expected texts are transformers' renders of the joined
+/// strings.
+#[test]
+fn text_parts_are_joined_as_vllm_joins_them() {
+    let line = r#"{"messages": [{"role": "system", "content": [{"type": "text", "text": "You are"}, {"type": "text", "text": "terse."}]}, {"role": "user", "content": [{"type": "text", "text": "Part A,"}, {"type": "text", "text": "part B."}]}, {"role": "assistant", "content": "ok"}]}"#;
+    let tail = "<|im_start|>assistant\n<think>\n\n</think>\n\nok<|im_end|>\n";
+    let want = [
+        ("qwen3", "\n", "<|im_start|>system\nYou are\nterse.<|im_end|>\n<|im_start|>user\nPart A,\npart B.<|im_end|>\n"),
+        ("qwen3.5", "", "<|im_start|>system\nYou areterse.<|im_end|>\n<|im_start|>user\nPart A,part B.<|im_end|>\n"),
+        ("qwen3.6", "", "<|im_start|>system\nYou areterse.<|im_end|>\n<|im_start|>user\nPart A,part B.<|im_end|>\n"),
+    ];
+    let adapter = Adapter::OpenAi(OpenAiAdapter::default());
+    for (name, separator, head) in want {
+        let p = processor_for(name, Map::new(), RenderPolicy::All);
+        assert_eq!(p.renderer.text_part_separator(), separator, "{name}");
+        let c = adapter
+            .prepare_record(
+                chatshards::read::Record::Line(line.as_bytes().to_vec()),
+                &mut Repairs::new(),
+            )
+            .expect("adapts");
+        assert_eq!(c.messages[1].part_breaks, vec!["Part A,".len()]);
+        let rows = p.tokenize(&c).unwrap_or_else(|e| panic!("{name}: {e:?}"));
+        assert_eq!(rows[0].text, format!("{head}{tail}"), "{name}");
+        // What the build does first: the conversation's own text joined the same way.
+        let mut joined = c.clone();
+        joined.join_text_parts(separator);
+        assert!(!joined.has_text_parts());
+        assert_eq!(
+            joined.messages[1].content,
+            format!("Part A,{separator}part B.")
+        );
+        assert_eq!(p.tokenize(&joined).expect("renders")[0].text, rows[0].text);
+    }
 }
 
 /// `expand` rows equal the oracle's per-query prefix renders.

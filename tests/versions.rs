@@ -680,6 +680,48 @@ fn verify_with_a_closed_stderr_exits_with_its_status() {
     }
 }
 
+/// `verify` polling a directory that builds keep replacing (two different datasets, swapped
+/// in turn): every run either passes or says the dataset changed during it, never that it is
+/// damaged (a mix of the old manifest and the new shards).
+#[test]
+fn verify_during_repeated_rebuild_swaps_never_reports_damage() {
+    const ROUNDS: usize = 6;
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let a = variant(tmp.path(), BASE);
+    let b = tmp.path().join("pipeline-b.yaml");
+    let yaml = std::fs::read_to_string(&a).expect("pipeline");
+    std::fs::write(&b, yaml.replace("seed: 7", "seed: 8")).expect("write");
+    let out = build(&a, &[]);
+    let done = std::sync::atomic::AtomicBool::new(false);
+    let (mut passed, mut changed) = (0, 0);
+    std::thread::scope(|s| {
+        let builder = s.spawn(|| {
+            for round in 0..ROUNDS {
+                build(if round % 2 == 0 { &b } else { &a }, &[]);
+            }
+            done.store(true, std::sync::atomic::Ordering::SeqCst);
+        });
+        while !done.load(std::sync::atomic::Ordering::SeqCst) && !builder.is_finished() {
+            let v = verify(&out, &[]);
+            if v.status.success() {
+                passed += 1;
+            } else if stderr(&v).contains("changed during verify, retry") {
+                changed += 1;
+            } else {
+                panic!("verify during a swap reported: {}", stderr(&v));
+            }
+        }
+        builder.join().expect("the builds succeed");
+    });
+    assert!(
+        passed + changed >= ROUNDS,
+        "{passed} + {changed} verify runs"
+    );
+    // Both datasets were swapped in: the last is the one built from `a` (seed 7).
+    assert_eq!(manifest(&out)["settings"]["seed"], 7);
+    assert!(verify(&out, &[]).status.success());
+}
+
 #[test]
 fn verify_rebuild_reproduces_every_byte_and_catches_a_changed_input() {
     let tmp = tempfile::tempdir().expect("tempdir");

@@ -220,13 +220,14 @@ fn message(value: &Value, field: &str, repairs: &mut Repairs) -> Result<Message,
         })?,
     };
     let makes_calls = role == Role::Assistant && has_calls(m, &["tool_calls", "tool_calls_json"]);
-    let content = message_content(
+    let (content, part_breaks) = message_content(
         m.get("content"),
         &format!("{field}.content"),
         makes_calls,
         repairs,
     )?;
     let mut message = Message::new(role, content);
+    message.part_breaks = part_breaks;
     match role {
         Role::Assistant => {
             for key in ["reasoning_content", "reasoning"] {
@@ -333,6 +334,7 @@ fn text_calls(messages: &mut [Message], repairs: &mut Repairs) {
         if m.role == Role::Assistant && m.tool_calls.is_empty() {
             if let Some((before, calls)) = trailing_xml_functions(&m.content) {
                 m.content = py_trim(before).to_owned();
+                m.part_breaks.clear(); // the parts are cut: joined as they are
                 m.tool_calls = calls;
                 parsed = true;
             }
@@ -403,6 +405,7 @@ fn system_tool_listing(
         Listing::None => Vec::new(),
         Listing::Parsed { tools, text } if !has_tools => {
             system.content = text;
+            system.part_breaks.clear();
             repairs.push(Repair::ToolListingParsed);
             tools
         }

@@ -85,7 +85,7 @@ pub fn parse_body(body: &str, field: &str, repairs: &mut Repairs) -> Result<Tool
             ))),
         };
     }
-    let value = match serde_json::from_str::<Value>(trimmed) {
+    let value = match super::fields::embedded_json(trimmed, field)? {
         Ok(v) => v,
         Err(json_error) => match pyliteral::parse(trimmed) {
             Ok(v) => {

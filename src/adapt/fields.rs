@@ -2,9 +2,24 @@
 
 use super::Repairs;
 use crate::conversation::ToolCall;
+use crate::model::json_exact;
 use crate::reject::{Reject, RejectReason, Repair};
 use indexmap::IndexMap;
 use serde_json::{Map, Value};
+
+/// JSON held in a string at `field`, read as Python reads it
+/// ([`json_exact`](crate::model::json_exact)): `Err` for an integer outside 64 bits (the
+/// row's reject, naming where it is), `Ok(Err(_))` for text that is not JSON, which each
+/// caller words (or tries another syntax for) itself.
+pub fn embedded_json(text: &str, field: &str) -> Result<Result<Value, json_exact::Error>, Reject> {
+    match json_exact::from_str(text) {
+        Err(e) => match e.out_of_range(field) {
+            Some(reject) => Err(reject),
+            None => Ok(Err(e)),
+        },
+        ok => Ok(ok),
+    }
+}
 
 pub fn kind(v: &Value) -> &'static str {
     match v {
@@ -58,7 +73,7 @@ pub fn list_or_json_string(
         None | Some(Value::Null) => Ok(None),
         Some(Value::Array(a)) => Ok(Some(a.clone())),
         Some(Value::String(s)) if s.trim().is_empty() => Ok(None),
-        Some(Value::String(s)) => match serde_json::from_str::<Value>(s) {
+        Some(Value::String(s)) => match embedded_json(s, field)? {
             Ok(Value::Array(a)) => {
                 repairs.push(Repair::JsonStringParsed);
                 Ok(Some(a))
@@ -83,8 +98,8 @@ pub fn list_or_json_string(
     }
 }
 
-/// Content as text: a string, `null`, or a list of text parts (joined with no separator,
-/// exactly as the Qwen templates render them). Image, video and audio parts are rejected.
+/// Content as text: a string, `null`, or a list of text parts (joined with no separator; see
+/// [`content_parts`] for where they were). Image, video and audio parts are rejected.
 /// A message's content where an assistant turn that makes calls may have none (OpenAI format:
 /// `"content": null` beside `tool_calls`): that is an empty string; anywhere else a missing or
 /// null content is rejected (`missing_field`).
@@ -93,10 +108,10 @@ pub fn message_content(
     field: &str,
     makes_calls: bool,
     repairs: &mut Repairs,
-) -> Result<String, Reject> {
+) -> Result<(String, Vec<usize>), Reject> {
     match value {
-        None | Some(Value::Null) if makes_calls => Ok(String::new()),
-        other => content_text(other, field, repairs),
+        None | Some(Value::Null) if makes_calls => Ok((String::new(), Vec::new())),
+        other => content_parts(other, field, repairs),
     }
 }
 
@@ -106,7 +121,12 @@ pub fn has_calls(m: &Map<String, Value>, keys: &[&str]) -> bool {
     keys.iter().any(|k| match m.get(*k) {
         Some(Value::Array(a)) => !a.is_empty(),
         Some(Value::String(s)) => {
-            matches!(serde_json::from_str::<Value>(s), Ok(Value::Array(a)) if !a.is_empty())
+            // An integer outside 64 bits counts as a call: reading the calls rejects the row.
+            match json_exact::from_str(s) {
+                Ok(Value::Array(a)) => !a.is_empty(),
+                Err(json_exact::Error::OutOfRange { .. }) => true,
+                _ => false,
+            }
         }
         _ => false,
     }) || m.get("function_call").is_some_and(Value::is_object)
@@ -117,15 +137,27 @@ pub fn content_text(
     field: &str,
     repairs: &mut Repairs,
 ) -> Result<String, Reject> {
+    content_parts(value, field, repairs).map(|(text, _)| text)
+}
+
+/// [`content_text`], with where each text part after the first begins in the text (empty
+/// unless the content is a list of two or more parts): the template decides how parts are
+/// joined ([`Conversation::join_text_parts`](crate::conversation::Conversation::join_text_parts)).
+pub fn content_parts(
+    value: Option<&Value>,
+    field: &str,
+    repairs: &mut Repairs,
+) -> Result<(String, Vec<usize>), Reject> {
     match value {
         // Kept as an empty string it would train an empty turn the data never had.
         None | Some(Value::Null) => Err(Reject::new(
             RejectReason::MissingField,
             format!("`{field}` is missing or null"),
         )),
-        Some(Value::String(s)) => Ok(s.clone()),
+        Some(Value::String(s)) => Ok((s.clone(), Vec::new())),
         Some(Value::Array(parts)) => {
             let mut text = String::new();
+            let mut breaks = Vec::new();
             for (i, part) in parts.iter().enumerate() {
                 let Value::Object(part) = part else {
                     return Err(Reject::new(
@@ -150,7 +182,12 @@ pub fn content_text(
                     ));
                 }
                 match part.get("text") {
-                    Some(Value::String(t)) => text.push_str(t),
+                    Some(Value::String(t)) => {
+                        if i > 0 {
+                            breaks.push(text.len());
+                        }
+                        text.push_str(t);
+                    }
                     _ => {
                         return Err(Reject::new(
                             RejectReason::InvalidField,
@@ -163,7 +200,7 @@ pub fn content_text(
                 }
             }
             repairs.push(Repair::ContentPartsJoined);
-            Ok(text)
+            Ok((text, breaks))
         }
         Some(other) => Err(Reject::new(
             RejectReason::InvalidField,
@@ -189,7 +226,7 @@ pub fn arguments_object(
             repairs.push(Repair::ToolArgumentsParsed);
             Ok(IndexMap::new())
         }
-        Some(Value::String(s)) => match serde_json::from_str::<Value>(s) {
+        Some(Value::String(s)) => match embedded_json(s, field)? {
             Ok(Value::Object(o)) => {
                 repairs.push(Repair::ToolArgumentsParsed);
                 Ok(o.into_iter().collect())

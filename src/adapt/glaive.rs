@@ -41,9 +41,10 @@
 //! | reject | `missing_field` / `invalid_field` | `system` or `chat` absent or not a string |
 
 use super::calls::{call_from_value, invalid_call, preview};
-use super::fields::required_str;
+use super::fields::{embedded_json, required_str};
 use super::{tools, Repairs, Row};
 use crate::conversation::{py_trim, Conversation, Message, Role, ToolCall};
+use crate::model::json_exact;
 use crate::reject::{Reject, RejectReason, Repair};
 use serde_json::{Map, Value};
 
@@ -107,19 +108,18 @@ pub fn parse_system(system: &str) -> Result<(Option<String>, Vec<Value>), Reject
         None => (text, ""),
     };
     let mut tool_list = Vec::new();
-    for (i, item) in serde_json::Deserializer::from_str(list)
-        .into_iter::<Value>()
-        .enumerate()
-    {
-        let item = item.map_err(|e| {
-            Reject::new(
-                RejectReason::InvalidTools,
-                format!(
-                    "field `system`: the function list is not a sequence of JSON objects ({e})"
-                ),
-            )
-        })?;
+    for (i, item) in json_exact::stream(list).enumerate() {
         let field = format!("system: function {i}");
+        let item = item.map_err(|e| {
+            e.out_of_range(&field).unwrap_or_else(|| {
+                Reject::new(
+                    RejectReason::InvalidTools,
+                    format!(
+                        "field `system`: the function list is not a sequence of JSON objects ({e})"
+                    ),
+                )
+            })
+        })?;
         // Glaive's schemas are plain JSON objects: nothing here is a repair worth counting.
         tool_list.push(tools::normalize(item, &field, &mut Repairs::new())?);
     }
@@ -282,7 +282,7 @@ fn legacy_call(text: &str) -> Result<Option<(&str, ToolCall)>, Reject> {
     if name.is_empty() || name.contains(char::is_whitespace) {
         return Ok(None);
     }
-    let arguments = match serde_json::from_str::<Value>(py_trim(json)) {
+    let arguments = match embedded_json(py_trim(json), &format!("AI to= {name}:"))? {
         Ok(Value::Object(o)) => o.into_iter().collect(),
         _ => {
             return Err(Reject::new(
@@ -317,7 +317,7 @@ fn parse_function_call(text: &str, repairs: &mut Repairs) -> Result<ToolCall, Re
         let value = if c.peek() == Some(b'\'') {
             c.quoted_json(repairs)?
         } else {
-            c.json::<Value>()?
+            c.value()?
         };
         object.insert(key, value);
         c.skip_ws();
@@ -335,6 +335,15 @@ fn parse_function_call(text: &str, repairs: &mut Repairs) -> Result<ToolCall, Re
         )));
     }
     call_from_value(Value::Object(object), "<functioncall>", repairs)
+}
+
+/// `value` as Python reads the JSON `text` it was parsed from: an integer outside 64 bits
+/// rejects the call.
+fn exact(text: &str, value: Value) -> Result<Value, Reject> {
+    json_exact::exact(text.as_bytes(), value).map_err(|e| {
+        e.out_of_range("<functioncall>")
+            .unwrap_or_else(|| invalid_call(format!("malformed `<functioncall>`: {e}")))
+    })
 }
 
 struct Cursor<'a> {
@@ -381,6 +390,12 @@ impl Cursor<'_> {
             None => Err(invalid_call("truncated `<functioncall>`".into())),
         }
     }
+    /// One JSON value starting at the cursor, as Python reads it.
+    fn value(&mut self) -> Result<Value, Reject> {
+        let start = self.pos;
+        let v = self.json::<Value>()?;
+        exact(&self.s[start..self.pos], v)
+    }
     /// A single-quoted string holding JSON (`'{"a": "it's"}'`), parsed as that JSON.
     fn quoted_json(&mut self, repairs: &mut Repairs) -> Result<Value, Reject> {
         let open = self.pos;
@@ -396,7 +411,7 @@ impl Cursor<'_> {
                 probe.skip_ws();
                 if probe.eat(b'\'') {
                     self.pos = probe.pos;
-                    return Ok(v);
+                    return exact(&self.s[open + 1..after], v);
                 }
                 "the quoted JSON is followed by more text".to_owned()
             }
@@ -412,10 +427,11 @@ impl Cursor<'_> {
         };
         let region = &self.s[open + 1..close];
         if region.contains("\\'") {
-            if let Ok(v) = serde_json::from_str::<Value>(&region.replace("\\'", "'")) {
+            let unescaped = region.replace("\\'", "'");
+            if let Ok(v) = serde_json::from_str::<Value>(&unescaped) {
                 repairs.push(Repair::QuotedArgumentsUnescaped);
                 self.pos = close + 1;
-                return Ok(v);
+                return exact(&unescaped, v);
             }
         }
         Err(Reject::new(

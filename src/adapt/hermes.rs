@@ -112,12 +112,13 @@ pub fn system_tools(
     let Some((_, body)) = tools_block(text) else {
         return Ok(None);
     };
-    let items = tools::parse_list_text(body, repairs).ok_or_else(|| {
-        Reject::new(
-            RejectReason::InvalidTools,
-            format!("`{field}`: the `<tools>` block is neither JSON nor a Python literal"),
-        )
-    })?;
+    let items =
+        tools::parse_list_text(body, &format!("{field} <tools>"), repairs)?.ok_or_else(|| {
+            Reject::new(
+                RejectReason::InvalidTools,
+                format!("`{field}`: the `<tools>` block is neither JSON nor a Python literal"),
+            )
+        })?;
     items
         .into_iter()
         .enumerate()

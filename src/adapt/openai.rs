@@ -6,6 +6,7 @@ use super::fields::{
 };
 use super::{Repairs, Row};
 use crate::conversation::{Conversation, Message, Role};
+use crate::model::json_exact;
 use crate::reject::{Reject, RejectReason};
 use serde::Deserialize;
 use serde_json::Value;
@@ -38,6 +39,16 @@ impl OpenAiAdapter {
             return None;
         }
         let Object(row): Object<TypedRow> = serde_json::from_slice(line).ok()?;
+        // A number serde_json reads differently from Python (`-0`, an integer outside 64
+        // bits) takes the reference path, which reads it exactly or rejects the row.
+        let values = row.tools.iter().flatten().chain(
+            row.messages
+                .iter()
+                .flat_map(|Object(m)| m.tool_calls.iter().flatten()),
+        );
+        if values.into_iter().any(json_exact::holds_suspect) {
+            return None;
+        }
         let media = [
             &row.images,
             &row.image,
@@ -100,13 +111,14 @@ fn message(value: &Value, field: &str, repairs: &mut Repairs) -> Result<Message,
         )
     })?;
     let makes_calls = role == Role::Assistant && has_calls(m, &["tool_calls"]);
-    let content = message_content(
+    let (content, part_breaks) = message_content(
         m.get("content"),
         &format!("{field}.content"),
         makes_calls,
         repairs,
     )?;
     let mut message = Message::new(role, content);
+    message.part_breaks = part_breaks;
     match role {
         Role::Assistant => {
             for key in ["reasoning_content", "reasoning", "thinking"] {
@@ -226,25 +238,163 @@ impl TypedMessage<'_> {
     }
 }
 
+/// The fields a struct reads; any other field's value is checked by [`Guard`].
+trait Fields {
+    const FIELDS: &'static [&'static str];
+}
+
+impl Fields for TypedRow<'_> {
+    const FIELDS: &'static [&'static str] = &[
+        "messages", "tools", "images", "image", "videos", "video", "audios", "audio",
+    ];
+}
+
+impl Fields for TypedMessage<'_> {
+    const FIELDS: &'static [&'static str] = &[
+        "role",
+        "content",
+        "reasoning_content",
+        "reasoning",
+        "thinking",
+        "tool_calls",
+        "name",
+        "tool_call_id",
+    ];
+}
+
 /// A struct read from a JSON object only: serde's derived structs also accept an array of
-/// their fields, which `adapt` rejects.
+/// their fields, which `adapt` rejects. Fields the struct ignores are still walked for
+/// numbers that [`json_exact`] reads differently (which fail the fast path): the reference
+/// path reads the whole record exactly, so both must see them.
 struct Object<T>(T);
 
-impl<'de, T: Deserialize<'de>> Deserialize<'de> for Object<T> {
+impl<'de, T: Deserialize<'de> + Fields> Deserialize<'de> for Object<T> {
     fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct Fields<T>(std::marker::PhantomData<T>);
-        impl<'de, T: Deserialize<'de>> serde::de::Visitor<'de> for Fields<T> {
+        struct Visit<T>(std::marker::PhantomData<T>);
+        impl<'de, T: Deserialize<'de> + Fields> serde::de::Visitor<'de> for Visit<T> {
             type Value = T;
             fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
                 f.write_str("an object")
             }
             fn visit_map<A: serde::de::MapAccess<'de>>(self, map: A) -> Result<T, A::Error> {
-                T::deserialize(serde::de::value::MapAccessDeserializer::new(map))
+                T::deserialize(serde::de::value::MapAccessDeserializer::new(Guarded {
+                    map,
+                    known: T::FIELDS,
+                    ignored: false,
+                }))
             }
         }
         deserializer
-            .deserialize_map(Fields(std::marker::PhantomData))
+            .deserialize_map(Visit(std::marker::PhantomData))
             .map(Object)
+    }
+}
+
+/// A map whose values under keys not in `known` are read as [`Guard`] (and handed to the
+/// struct as `()`, which its ignored-field reader accepts).
+struct Guarded<A> {
+    map: A,
+    known: &'static [&'static str],
+    /// The current key is not a field of the struct.
+    ignored: bool,
+}
+
+impl<'de, A: serde::de::MapAccess<'de>> serde::de::MapAccess<'de> for Guarded<A> {
+    type Error = A::Error;
+
+    fn next_key_seed<K: serde::de::DeserializeSeed<'de>>(
+        &mut self,
+        seed: K,
+    ) -> Result<Option<K::Value>, A::Error> {
+        use serde::de::value::{BorrowedStrDeserializer, StringDeserializer};
+        let Some(Key(key)) = self.map.next_key::<Key<'de>>()? else {
+            return Ok(None);
+        };
+        self.ignored = !self.known.contains(&key.as_ref());
+        match key {
+            Cow::Borrowed(k) => seed.deserialize(BorrowedStrDeserializer::new(k)).map(Some),
+            Cow::Owned(k) => seed.deserialize(StringDeserializer::new(k)).map(Some),
+        }
+    }
+
+    fn next_value_seed<V: serde::de::DeserializeSeed<'de>>(
+        &mut self,
+        seed: V,
+    ) -> Result<V::Value, A::Error> {
+        if self.ignored {
+            self.map.next_value::<Guard>()?;
+            seed.deserialize(serde::de::value::UnitDeserializer::new())
+        } else {
+            self.map.next_value_seed(seed)
+        }
+    }
+}
+
+/// A key, borrowed from the line where it has no escapes.
+struct Key<'a>(Cow<'a, str>);
+
+impl<'de> Deserialize<'de> for Key<'de> {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Visit;
+        impl<'de> serde::de::Visitor<'de> for Visit {
+            type Value = Key<'de>;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a key")
+            }
+            fn visit_borrowed_str<E>(self, k: &'de str) -> Result<Key<'de>, E> {
+                Ok(Key(Cow::Borrowed(k)))
+            }
+            fn visit_str<E>(self, k: &str) -> Result<Key<'de>, E> {
+                Ok(Key(Cow::Owned(k.to_owned())))
+            }
+        }
+        deserializer.deserialize_str(Visit)
+    }
+}
+
+/// Any JSON value, kept nowhere, that fails on a number [`json_exact::is_suspect`] flags.
+struct Guard;
+
+impl<'de> Deserialize<'de> for Guard {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        use serde::de::{Error, MapAccess, SeqAccess};
+        struct Visit;
+        impl<'de> serde::de::Visitor<'de> for Visit {
+            type Value = Guard;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("any value")
+            }
+            fn visit_bool<E>(self, _: bool) -> Result<Guard, E> {
+                Ok(Guard)
+            }
+            fn visit_i64<E>(self, _: i64) -> Result<Guard, E> {
+                Ok(Guard)
+            }
+            fn visit_u64<E>(self, _: u64) -> Result<Guard, E> {
+                Ok(Guard)
+            }
+            fn visit_f64<E: Error>(self, x: f64) -> Result<Guard, E> {
+                match serde_json::Number::from_f64(x) {
+                    Some(n) if json_exact::is_suspect(&n) => Err(E::custom("inexact number")),
+                    _ => Ok(Guard),
+                }
+            }
+            fn visit_str<E>(self, _: &str) -> Result<Guard, E> {
+                Ok(Guard)
+            }
+            fn visit_unit<E>(self) -> Result<Guard, E> {
+                Ok(Guard)
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Guard, A::Error> {
+                while seq.next_element::<Guard>()?.is_some() {}
+                Ok(Guard)
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Guard, A::Error> {
+                while map.next_entry::<serde::de::IgnoredAny, Guard>()?.is_some() {}
+                Ok(Guard)
+            }
+        }
+        deserializer.deserialize_any(Visit)
     }
 }
 

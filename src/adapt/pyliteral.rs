@@ -160,6 +160,11 @@ impl Parser<'_> {
         let is_float_syntax = raw
             .bytes()
             .all(|c| c.is_ascii_digit() || matches!(c, b'.' | b'e' | b'E' | b'+' | b'-'));
+        let digits = raw.strip_prefix('-').unwrap_or(raw);
+        if !digits.is_empty() && digits.bytes().all(|c| c.is_ascii_digit()) {
+            // Python keeps it exact; as a float it would render differently.
+            return Err(format!("integer `{raw}` is outside the 64-bit range"));
+        }
         match raw.parse::<f64>() {
             Ok(f) if is_float_syntax => Number::from_f64(f)
                 .map(Value::Number)

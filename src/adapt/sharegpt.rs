@@ -4,7 +4,7 @@
 //! responses. Bare function schemas in `tools` are wrapped as OpenAI tool objects, the shape
 //! inference servers render.
 
-use super::fields::{arguments_object, content_text, kind, list_or_json_string, optional_str};
+use super::fields::{arguments_object, content_parts, kind, list_or_json_string, optional_str};
 use super::{Repairs, Row};
 use crate::conversation::{Conversation, Message, Role, ToolCall};
 use crate::reject::{Reject, RejectReason, Repair};
@@ -110,8 +110,9 @@ impl ShareGptAdapter {
             }
             return Ok(());
         }
-        let content = content_text(turn.get(&self.content_tag), &value_field, repairs)?;
-        let message = if tag == self.user_tag {
+        let (content, part_breaks) =
+            content_parts(turn.get(&self.content_tag), &value_field, repairs)?;
+        let mut message = if tag == self.user_tag {
             Message::user(content)
         } else if tag == self.assistant_tag {
             let reasoning = optional_str(turn, "reasoning_content")?.map(str::to_owned);
@@ -137,6 +138,7 @@ impl ShareGptAdapter {
                 ),
             ));
         };
+        message.part_breaks = part_breaks;
         messages.push(message);
         Ok(())
     }
@@ -156,7 +158,7 @@ fn function_calls(
     let parsed;
     let value = match value {
         Some(Value::String(s)) => {
-            parsed = serde_json::from_str::<Value>(s).map_err(|e| {
+            parsed = super::fields::embedded_json(s, field)?.map_err(|e| {
                 Reject::new(
                     RejectReason::InvalidToolArguments,
                     format!("`{field}` is not a valid JSON function call: {e}"),

@@ -12,6 +12,7 @@
 use super::fields::kind;
 use super::Repairs;
 use crate::conversation::{Conversation, Message, Role, ToolCall};
+use crate::model::json_exact;
 use crate::reject::{Reject, RejectReason, Repair};
 use serde_json::{Map, Value};
 use std::collections::{HashMap, VecDeque};
@@ -59,11 +60,12 @@ pub fn normalize(tool: Value, field: &str, repairs: &mut Repairs) -> Result<Valu
         _ => return Err(invalid(format!("`{field}` has no function name"))),
     }
     if let Some(Value::String(p)) = function.get("parameters") {
-        let parsed = serde_json::from_str::<Value>(p).map_err(|e| {
-            invalid(format!(
-                "`{field}.parameters` is a string but not valid JSON: {e}"
-            ))
-        })?;
+        let parsed =
+            super::fields::embedded_json(p, &format!("{field}.parameters"))?.map_err(|e| {
+                invalid(format!(
+                    "`{field}.parameters` is a string but not valid JSON: {e}"
+                ))
+            })?;
         function.insert("parameters".into(), parsed);
         repairs.push(Repair::JsonStringParsed);
     }
@@ -74,22 +76,25 @@ pub fn normalize(tool: Value, field: &str, repairs: &mut Repairs) -> Result<Valu
 /// JSON array, a single JSON object, JSON objects one after another (one per line, or
 /// pretty-printed and separated by blank lines), or the same as a Python literal. `None` when it
 /// is none of these.
-pub fn parse_list_text(text: &str, repairs: &mut Repairs) -> Option<Vec<Value>> {
+/// An integer outside 64 bits is the row's reject (naming `field`).
+pub fn parse_list_text(
+    text: &str,
+    field: &str,
+    repairs: &mut Repairs,
+) -> Result<Option<Vec<Value>>, Reject> {
     let text = crate::conversation::py_trim(text);
     if text.is_empty() {
-        return Some(Vec::new());
+        return Ok(Some(Vec::new()));
     }
-    let stream: Result<Vec<Value>, _> = serde_json::Deserializer::from_str(text)
-        .into_iter::<Value>()
-        .collect();
-    let items = match stream {
+    let items = match json_exact::stream(text).collect::<Result<Vec<_>, _>>() {
         Ok(items) => items,
-        Err(_) => match super::pyliteral::parse(text) {
-            Ok(v) => {
+        Err(e) => match (e.out_of_range(field), super::pyliteral::parse(text)) {
+            (Some(reject), _) => return Err(reject),
+            (None, Ok(v)) => {
                 repairs.push(Repair::PythonLiteralParsed);
                 vec![v]
             }
-            Err(_) => return None,
+            (None, Err(_)) => return Ok(None),
         },
     };
     let mut out = Vec::new();
@@ -99,7 +104,7 @@ pub fn parse_list_text(text: &str, repairs: &mut Repairs) -> Option<Vec<Value>> 
             other => out.push(other),
         }
     }
-    Some(out)
+    Ok(Some(out))
 }
 
 /// Removes `null`-valued keys from objects, recursively. Parquet struct columns give every

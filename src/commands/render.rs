@@ -11,7 +11,6 @@ use crate::engine::row_path::{RowProcessor, Tokenized};
 use crate::plan::config::{LengthPolicy, RenderPolicy};
 use crate::printer::Printer;
 use crate::read::{next_line, Line};
-use crate::reject::{Reject, RejectReason};
 use crate::render::Renderer;
 use crate::tokenize::{Backend, Tokenizer};
 use crate::validate::Validator;
@@ -165,8 +164,7 @@ fn render_rows(
     adapter: &Adapter,
     line: &str,
 ) -> Result<Vec<Tokenized>, (&'static str, String)> {
-    serde_json::from_str::<Value>(line)
-        .map_err(|e| Reject::new(RejectReason::InvalidJson, crate::read::one_line_error(&e)))
+    crate::read::parse(line.as_bytes())
         .and_then(|value| {
             let conversation = adapter.adapt(&value, &mut Repairs::new())?;
             // The parsed line is not needed any more: it goes before the render.

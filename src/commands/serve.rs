@@ -13,6 +13,7 @@
 
 use crate::adapt::{Adapter, OpenAiAdapter, Repairs};
 use crate::engine::row_path::RowProcessor;
+use crate::model::json_exact;
 use crate::plan::{self, config::RenderPolicy, HubAccess};
 use crate::printer::Printer;
 use crate::reject::RejectReason;
@@ -184,11 +185,24 @@ impl Service {
     /// One render: the token ids, or the error answer.
     fn render(&self, body: &[u8]) -> Result<Vec<u32>, Failure> {
         let bad = |m: String| (StatusCode::BAD_REQUEST, m);
-        let req: RenderRequest = serde_json::from_slice(body).map_err(|e| {
+        let mut req: RenderRequest = serde_json::from_slice(body).map_err(|e| {
             bad(format!(
                 "the request body is not a valid render request: {e}"
             ))
         })?;
+        let tools = req.tools.iter().flatten();
+        if json_exact::holds_suspect(&req.messages)
+            || tools.into_iter().any(json_exact::holds_suspect)
+        {
+            // `-0` is the integer 0 to a Python server; an integer outside 64 bits cannot be
+            // rendered as it does.
+            let exact = json_exact::from_slice(body).map_err(|e| match e.out_of_range("") {
+                Some(r) => bad(format!("{}: {}", r.reason.code(), r.message)),
+                None => bad(format!("the request body is not valid JSON: {e}")),
+            })?;
+            req.messages = exact["messages"].clone();
+            req.tools = serde_json::from_value(exact["tools"].clone()).unwrap_or(req.tools);
+        }
         if req.continue_final_message {
             return Err(bad("continue_final_message is not supported".into()));
         }

@@ -12,7 +12,7 @@
 //! that an edit the checks before it explain is named by them.
 //!
 //! A dataset replaced while it is read (a build's final swap) could look damaged: a check that
-//! fails when the directory or its manifest changed during it runs once more on the new one.
+//! fails when the directory or its manifest changed during it runs again on the new one.
 
 use super::dataset_dir::{read_shard, OutputDir};
 use crate::engine::session::BuildArgs;
@@ -54,17 +54,29 @@ pub fn run(args: &VerifyArgs, printer: &Printer) -> Result<()> {
 }
 
 /// Opens `dir` and runs every check but the rebuild. A check that fails while the directory
-/// was replaced under it (the final swap of a build) is run once more on the new dataset.
+/// was replaced under it (the final swap of a build) is run again on the new dataset; if it
+/// keeps being replaced (builds in a loop), verify says so instead of reporting damage that
+/// is only a mix of two datasets.
 fn open_checked(dir: &Path) -> Result<OutputDir> {
-    let mut again = true;
-    loop {
+    until_unchanged(dir, |dir| {
+        OutputDir::open(dir).and_then(|out| check(&out).map(|()| out))
+    })
+}
+
+/// `attempt` on `dir`, run again while it fails and `dir` was replaced during it.
+fn until_unchanged<T>(dir: &Path, mut attempt: impl FnMut(&Path) -> Result<T>) -> Result<T> {
+    const ATTEMPTS: usize = 3;
+    for _ in 0..ATTEMPTS {
         let before = snapshot(dir);
-        let checked = OutputDir::open(dir).and_then(|out| check(&out).map(|()| out));
-        match checked {
-            Err(_) if again && snapshot(dir) != before => again = false,
+        match attempt(dir) {
+            Err(_) if snapshot(dir) != before => continue,
             checked => return checked,
         }
     }
+    bail!(
+        "`{}` changed during verify, retry: a build replaced it {ATTEMPTS} times while it was read",
+        dir.display()
+    )
 }
 
 /// What identifies the dataset at `dir` now: the directory's and its manifest's inodes, and
@@ -511,4 +523,72 @@ fn read_full(reader: &mut impl Read, buf: &mut [u8]) -> std::io::Result<usize> {
         }
     }
     Ok(filled)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Replaces `dir` with a new directory (another manifest), as a build's
+    /// final swap does (the old one moved aside).
+    fn swap(dir: &Path, round: usize) {
+        let aside = dir.with_extension(format!("old{round}"));
+        fs::rename(dir, &aside).expect("aside");
+        fs::create_dir(dir).expect("new");
+        fs::write(dir.join("manifest.json"), "x".repeat(round + 1)).expect("manifest");
+    }
+
+    fn setup() -> (tempfile::TempDir, PathBuf) {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let dir = tmp.path().join("ds");
+        fs::create_dir(&dir).expect("mkdir");
+        fs::write(dir.join("manifest.json"), "{}").expect("manifest");
+        (tmp, dir)
+    }
+
+    #[test]
+    fn a_check_failing_across_a_swap_runs_again_on_the_new_dataset() {
+        let (_tmp, dir) = setup();
+        let mut round = 0;
+        let got = until_unchanged(&dir, |_| {
+            round += 1;
+            if round == 1 {
+                swap(&dir, round);
+                bail!("shard 0 differs"); // the old manifest against the new shards
+            }
+            Ok(round)
+        });
+        assert_eq!(got.expect("passes on the new dataset"), 2);
+    }
+
+    #[test]
+    fn a_dataset_swapped_during_every_run_is_reported_changed_not_damaged() {
+        let (_tmp, dir) = setup();
+        let mut round = 0;
+        let got: Result<()> = until_unchanged(&dir, |_| {
+            round += 1;
+            swap(&dir, round);
+            bail!("shard 0 differs");
+        });
+        assert_eq!(round, 3);
+        assert_eq!(
+            got.expect_err("changed").to_string(),
+            format!(
+                "`{}` changed during verify, retry: a build replaced it 3 times while it was read",
+                dir.display()
+            )
+        );
+    }
+
+    #[test]
+    fn damage_while_nothing_changes_is_reported_at_once() {
+        let (_tmp, dir) = setup();
+        let mut round = 0;
+        let got: Result<()> = until_unchanged(&dir, |_| {
+            round += 1;
+            bail!("shard 0 differs");
+        });
+        assert_eq!(round, 1);
+        assert_eq!(got.expect_err("damaged").to_string(), "shard 0 differs");
+    }
 }

@@ -11,7 +11,8 @@
 use super::text::{self, RowText, Scope};
 use crate::conversation::Conversation;
 use crate::hub::HubEntry;
-use crate::read::read_files;
+use crate::read::{read_files, Record};
+use crate::reject::{Reject, RejectReason, Skip};
 use serde::Deserialize;
 use serde_json::Value;
 use std::collections::{BTreeSet, HashMap};
@@ -136,7 +137,17 @@ pub fn load_items(
     read_files(paths, &mut |raw| {
         let path = paths[raw.file].display();
         let row = raw.row;
-        let record = match raw.into_value() {
+        let record = match raw.record {
+            // Only the text of a benchmark is matched: its lines are read as serde_json reads
+            // them, an integer outside 64 bits (which a training row may not hold) included.
+            Record::Line(line) => serde_json::from_slice(line.trim_ascii_end()).map_err(|e| {
+                let reject =
+                    Reject::new(RejectReason::InvalidJson, crate::read::one_line_error(&e));
+                Skip::from(reject).to_string()
+            }),
+            other => other.into_value().map_err(|e| e.to_string()),
+        };
+        let record = match record {
             Ok(v) => v,
             Err(e) => {
                 failure = Some(format!("`{path}` record {row}: not valid JSON: {e}"));
@@ -454,6 +465,25 @@ mod tests {
                 items,
             }],
         )
+    }
+
+    #[test]
+    fn benchmark_lines_with_numbers_a_training_row_may_not_hold_are_read() {
+        // Only their text is matched: an integer outside 64 bits does not refuse a benchmark.
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let path = tmp.path().join("bench.jsonl");
+        let lines = [
+            r#"{"task_id": "a", "prompt": "def f(): pass", "n": 18446744073709551616}"#,
+            r#"{"task_id": "b", "prompt": "def g(): pass", "n": -0}"#,
+        ];
+        std::fs::write(&path, lines.join("\n")).expect("write");
+        let columns = BenchmarkColumns {
+            id: "task_id".into(),
+            text: vec!["prompt".into()],
+        };
+        let items = load_items("bench", &[path], &columns).expect("loads");
+        let ids: Vec<&str> = items.items.iter().map(|i| i.id.as_str()).collect();
+        assert_eq!(ids, ["a", "b"]);
     }
 
     #[test]

@@ -727,9 +727,11 @@ impl Context<'_> {
 
     fn prepare(&self, index: usize, raw: RawRow) -> Result<(Conversation, Repairs), Skip> {
         let mut repairs = Repairs::new();
-        let conversation = self.plan.sources[index]
+        let mut conversation = self.plan.sources[index]
             .adapter
             .prepare_record(raw.record, &mut repairs)?;
+        // Before anything reads the text (validation, dedup, the written conversation).
+        conversation.join_text_parts(self.processor.renderer.text_part_separator());
         let conversation = self
             .processor
             .validator

@@ -3,7 +3,8 @@
 //! element), anything else is JSON lines. A UTF-8 byte order mark at the start is skipped.
 
 use super::sample::Counted;
-use super::{one_line_error, ReadError, ReadOptions, Record};
+use super::{ReadError, ReadOptions, Record};
+use crate::reject::RejectReason;
 use serde::de::{Deserializer, SeqAccess, Visitor};
 use serde_json::value::RawValue;
 use std::fmt;
@@ -352,13 +353,12 @@ fn read_array(
                         limit: self.limit,
                     }
                 } else {
-                    match serde_json::from_str(text) {
+                    match super::parse(text.as_bytes()) {
                         Ok(value) => Record::Parsed(value),
-                        Err(e) => Record::Invalid(format!(
-                            "array element {}: {}",
-                            *self.row,
-                            one_line_error(&e)
-                        )),
+                        Err(r) if r.reason == RejectReason::InvalidJson => {
+                            Record::Invalid(format!("array element {}: {}", *self.row, r.message))
+                        }
+                        Err(r) => Record::Refused(r),
                     }
                 };
                 drop(raw);

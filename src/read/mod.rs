@@ -16,6 +16,7 @@ pub mod sample;
 pub use json::{next_line, Line};
 pub use sample::{FileSample, Sampling};
 
+use crate::model::json_exact;
 use crate::reject::{FilterReason, Reject, RejectReason, Skip};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
@@ -50,6 +51,8 @@ pub enum Record {
     },
     /// A record that cannot be parsed on its own (an array element nested too deep), why.
     Invalid(String),
+    /// A record read but refused (an integer outside 64 bits in an array element).
+    Refused(Reject),
 }
 
 impl RawRow {
@@ -109,7 +112,7 @@ impl Record {
         match self {
             Record::Parsed(v) => value(v),
             Record::Line(line) => line.len(),
-            Record::Blank | Record::TooLarge { .. } | Record::Invalid(_) => 16,
+            Record::Blank | Record::TooLarge { .. } | Record::Invalid(_) | Record::Refused(_) => 16,
         }
     }
 
@@ -119,16 +122,29 @@ impl Record {
         let invalid = |message: String| Skip::from(Reject::new(RejectReason::InvalidJson, message));
         match self {
             Record::Parsed(value) => Ok(value),
-            Record::Line(line) => serde_json::from_slice(line.trim_ascii_end())
-                .map_err(|e| invalid(one_line_error(&e))),
+            Record::Line(line) => parse(line.trim_ascii_end()).map_err(Skip::from),
             Record::Blank => Err(Skip::Filtered(FilterReason::BlankLine)),
             Record::TooLarge { bytes, limit } => Err(Skip::from(Reject::new(
                 RejectReason::TooLarge,
                 format!("the record is {bytes} bytes, over the limit of {limit} (`max_row_bytes`)"),
             ))),
             Record::Invalid(message) => Err(invalid(message)),
+            Record::Refused(reject) => Err(Skip::from(reject)),
         }
     }
+}
+
+/// A record's JSON text as a value, with Python's reading of integers
+/// ([`json_exact`](crate::model::json_exact)): a syntax error is `invalid_json`, an integer
+/// outside 64 bits `number_out_of_range`.
+pub fn parse(text: &[u8]) -> Result<Value, Reject> {
+    json_exact::from_slice(text).map_err(|e| match (e.out_of_range(""), e) {
+        (Some(reject), _) => reject,
+        (None, json_exact::Error::Json(e)) => {
+            Reject::new(RejectReason::InvalidJson, one_line_error(&e))
+        }
+        (None, e) => Reject::new(RejectReason::InvalidJson, e.to_string()),
+    })
 }
 
 /// A JSON error in a one-line record, placed by column only (serde_json says "line 1").

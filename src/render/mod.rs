@@ -125,6 +125,8 @@ pub struct Renderer {
     kwargs: Map<String, Json>,
     /// The same template evaluated natively, when the file is one [`native`] reproduces.
     native: Option<native::Native>,
+    /// How a message's text parts are joined ([`Self::text_part_separator`]).
+    part_separator: &'static str,
 }
 
 /// How training rows are rendered (`template.engine` in the pipeline config).
@@ -137,6 +139,24 @@ pub enum Engine {
     Auto,
     /// Always minijinja.
     Minijinja,
+}
+
+/// vLLM's content-format detection (`_detect_content_format`): `""` when the template has a
+/// `for` loop over a message's content (`message.content`, `message['content']`, optionally
+/// filtered) or over a variable named `content`, else `"\n"`.
+fn text_part_separator(source: &str) -> &'static str {
+    static LOOP: OnceLock<regex::Regex> = OnceLock::new();
+    let re = LOOP.get_or_init(|| {
+        regex::Regex::new(
+            r#"\{%[-+]?\s*for\s+\w+\s+in\s+(?:content\b|\w+\s*(?:\.\s*content\b|\[\s*['"]content['"]\s*\]))"#,
+        )
+        .expect("a valid pattern")
+    });
+    if re.is_match(source) {
+        ""
+    } else {
+        "\n"
+    }
 }
 
 /// Why a template failed to compile.
@@ -170,7 +190,28 @@ impl Renderer {
             source: source.to_owned(),
             kwargs,
             native,
+            part_separator: text_part_separator(source),
         })
+    }
+
+    /// How the text parts of a message (content given as a list of `{"type": "text"}` parts)
+    /// are joined for this template, as vLLM does: a template that loops over a message's
+    /// content (`for item in message.content`, or `for item in content` as Qwen3.5/3.6 do in
+    /// their `render_content` macro) gets the parts and concatenates them itself, so they are
+    /// joined with nothing; any other template (Qwen3) gets one string, the parts joined with
+    /// `"\n"` (vLLM's "string" content format).
+    pub fn text_part_separator(&self) -> &'static str {
+        self.part_separator
+    }
+
+    /// `conversation` with its text parts joined for this template.
+    fn joined<'a>(&self, conversation: &'a Conversation) -> std::borrow::Cow<'a, Conversation> {
+        if !conversation.has_text_parts() {
+            return std::borrow::Cow::Borrowed(conversation);
+        }
+        let mut joined = conversation.clone();
+        joined.join_text_parts(self.part_separator);
+        std::borrow::Cow::Owned(joined)
     }
 
     /// The template compiled with fuel `BASE_FUEL << tier`.
@@ -190,15 +231,17 @@ impl Renderer {
 
     /// Renders a conversation as training text (no generation prompt).
     pub fn render(&self, conversation: &Conversation) -> Result<String, RenderError> {
-        match self.native.as_ref().and_then(|n| n.render(conversation)) {
+        let conversation = self.joined(conversation);
+        match self.native.as_ref().and_then(|n| n.render(&conversation)) {
             Some(text) => Ok(text),
-            None => self.render_template(conversation),
+            None => self.render_template(&conversation),
         }
     }
 
     /// Renders a conversation with minijinja whatever the engine: the reference the native
     /// renderer is checked against.
     pub fn render_template(&self, conversation: &Conversation) -> Result<String, RenderError> {
+        let conversation = self.joined(conversation);
         self.render_json(
             conversation.to_template_messages(),
             &conversation.tools,
@@ -223,6 +266,7 @@ impl Renderer {
         &self,
         conversation: &Conversation,
     ) -> Result<(String, RenderCost), RenderError> {
+        let conversation = self.joined(conversation);
         self.render_counted(
             conversation.to_template_messages(),
             &conversation.tools,
