@@ -28,6 +28,8 @@ enum Fault {
 #[derive(Default)]
 struct State {
     model: String,
+    /// What `/version` answers.
+    version: String,
     /// Consumed one per chat request, before it is answered.
     faults: VecDeque<Fault>,
     /// Chat requests received (faulty ones included) and answered with a generation.
@@ -54,6 +56,7 @@ impl Server {
         let url = format!("http://{}", listener.local_addr().expect("addr"));
         let state = Arc::new(Mutex::new(State {
             model: model.to_owned(),
+            version: "0.0-test".to_owned(),
             ..State::default()
         }));
         let zst = std::fs::read(Path::new(ROOT).join("templates/qwen3.6/tokenizer.json.zst"))
@@ -112,7 +115,10 @@ fn serve(mut stream: TcpStream, state: &Mutex<State>, engine: &Engine) {
                 json!({"object": "list", "data": [{"id": model, "object": "model"}]}),
             )
         }
-        "/version" => (200, json!({"version": "0.0-test"})),
+        "/version" => {
+            let version = state.lock().expect("state").version.clone();
+            (200, json!({ "version": version }))
+        }
         "/v1/chat/completions" => {
             let (fault, delay) = {
                 let mut s = state.lock().expect("state");
@@ -533,6 +539,96 @@ fn a_wrong_model_or_no_server_stops_the_build_before_any_work() {
         stderr(&built)
     );
     assert!(!tmp.path().join("out").exists());
+}
+
+fn locked_build(pipeline: &Path, offline: bool) -> std::process::Output {
+    let mut cmd = bin();
+    if offline {
+        cmd.env("CHATSHARDS_REGENERATE_OFFLINE", "1");
+    }
+    cmd.args(["build", "--locked", "--fresh", "--threads", "2"])
+        .arg(pipeline)
+        .output()
+        .expect("run chatshards")
+}
+
+#[test]
+fn the_lock_pins_the_served_version_and_a_locked_build_checks_it() {
+    let server = Server::start("tiny");
+    let tmp = tempfile::tempdir().expect("tmp");
+    let written = pipeline(tmp.path(), &server.url, "", (3, 0), &[], "out");
+    // Not `out.yaml`: its lockfile `out.lock` would be the output's build lock.
+    let p = tmp.path().join("p.yaml");
+    std::fs::rename(&written, &p).expect("rename");
+    let lock = |args: &[&str]| bin().arg("lock").args(args).arg(&p).output().expect("lock");
+    let locked = lock(&[]);
+    assert!(locked.status.success(), "{}", stderr(&locked));
+    let lock_path = tmp.path().join("p.lock");
+    let text = std::fs::read_to_string(&lock_path).expect("lock");
+    assert!(
+        text.ends_with("regenerate:\n  - model: \"tiny\"\n    server_version: \"0.0-test\"\n"),
+        "{text}"
+    );
+    let built = locked_build(&p, false);
+    assert!(built.status.success(), "{}", stderr(&built));
+    let out = tmp.path().join("out");
+    let first = json_file(&out.join("manifest.json"));
+    assert_eq!(first["regenerate"]["chat"]["server_version"], "0.0-test");
+    assert_eq!(first["regenerate"]["chat"]["model"], "tiny");
+
+    // The server is upgraded: a locked build refuses before sending anything...
+    server.with(|s| {
+        s.version = "0.1-test".to_owned();
+        s.received = 0;
+    });
+    let refused = locked_build(&p, false);
+    assert!(!refused.status.success());
+    assert!(
+        stderr(&refused).contains(&format!(
+            "endpoint {} serves `tiny` with server version `0.1-test`, but the lockfile pins version `0.0-test`",
+            server.url
+        )),
+        "{}",
+        stderr(&refused)
+    );
+    assert_eq!(server.with(|s| s.received), 0);
+    // ...relocking without --upgrade keeps the pin (no server asked)...
+    assert!(lock(&[]).status.success());
+    assert_eq!(std::fs::read_to_string(&lock_path).expect("lock"), text);
+    // ...a rebuild from the cache alone still works and is the same dataset...
+    let offline = locked_build(&p, true);
+    assert!(offline.status.success(), "{}", stderr(&offline));
+    let again = json_file(&out.join("manifest.json"));
+    assert_eq!(
+        (&again["build_id"], &again["dataset_sha256"]),
+        (&first["build_id"], &first["dataset_sha256"])
+    );
+    // ...and `lock --upgrade` pins the new version, which is a new build_id.
+    let upgraded = lock(&["--upgrade"]);
+    assert!(upgraded.status.success(), "{}", stderr(&upgraded));
+    assert!(std::fs::read_to_string(&lock_path)
+        .expect("lock")
+        .contains("server_version: \"0.1-test\""));
+    let built = locked_build(&p, false);
+    assert!(built.status.success(), "{}", stderr(&built));
+    let upgraded = json_file(&out.join("manifest.json"));
+    assert_eq!(upgraded["regenerate"]["chat"]["server_version"], "0.1-test");
+    assert_ne!(upgraded["build_id"], first["build_id"]);
+    assert_eq!(
+        server.with(|s| s.received),
+        0,
+        "the same requests: from the cache"
+    );
+
+    // A lockfile without the model is stale for a locked build.
+    std::fs::write(&lock_path, text.split("regenerate:").next().expect("text")).expect("write");
+    let stale = locked_build(&p, true);
+    assert!(!stale.status.success());
+    assert!(
+        stderr(&stale).contains("regenerate model `tiny` is not in the lockfile"),
+        "{}",
+        stderr(&stale)
+    );
 }
 
 #[test]

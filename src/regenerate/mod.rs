@@ -39,6 +39,15 @@ pub struct Settings {
     pub config: RegenerateConfig,
     /// `config.cache_dir` resolved against the pipeline file, or the default.
     pub cache_dir: PathBuf,
+    /// What the lockfile pins for `config.model`, when the build reads one.
+    pub pinned: Option<Pinned>,
+}
+
+/// The lockfile's record of a served model (`chatshards lock` asked its servers).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Pinned {
+    /// `/version` as the servers reported it when locked; `None` for servers without one.
+    pub server_version: Option<String>,
 }
 
 /// A source's settings: its own section, the pipeline's, or none; problems name the field.
@@ -73,6 +82,7 @@ pub fn resolve(
     Ok(Some(Settings {
         config: config.clone(),
         cache_dir,
+        pinned: None,
     }))
 }
 
@@ -91,6 +101,49 @@ pub enum RegenerateError {
     Template(String),
     #[error("regenerate: cannot start the runtime: {0}")]
     Runtime(String),
+    #[error("regenerate: endpoint {endpoint} serves `{model}` with server version {served}, but the lockfile pins version {locked}; run `chatshards lock --upgrade` to pin the new server (the build_id changes), or set {OFFLINE_ENV}=1 to rebuild from the cache alone")]
+    VersionChanged {
+        endpoint: String,
+        model: String,
+        locked: String,
+        served: String,
+    },
+    #[error("regenerate: the endpoints of `{model}` report different server versions: {versions}; serve one version to lock it")]
+    MixedVersions { model: String, versions: String },
+}
+
+/// How a version is shown in errors (`none` for a server that reports none).
+fn shown(version: Option<&str>) -> String {
+    version.map_or_else(|| "none".to_owned(), |v| format!("`{v}`"))
+}
+
+/// The server version `endpoints` report for `model` (for `chatshards lock`): each endpoint
+/// is checked as a build checks it at start, and all must report the same version.
+pub fn served_version(
+    endpoints: &[String],
+    model: &str,
+) -> Result<Option<String>, RegenerateError> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| RegenerateError::Runtime(e.to_string()))?;
+    let http = client::http_client(Duration::from_secs(30))?;
+    let mut seen: Vec<EndpointInfo> = Vec::new();
+    for e in endpoints {
+        seen.push(runtime.block_on(client::probe(&http, e, model))?);
+    }
+    let first = seen.first().and_then(|i| i.server_version.clone());
+    if seen.iter().any(|i| i.server_version != first) {
+        return Err(RegenerateError::MixedVersions {
+            model: model.to_owned(),
+            versions: seen
+                .iter()
+                .map(|i| format!("{} {}", i.endpoint, shown(i.server_version.as_deref())))
+                .collect::<Vec<_>>()
+                .join(", "),
+        });
+    }
+    Ok(first)
 }
 
 /// One conversation's regeneration: what the work pass does with it, and the conversation
@@ -123,6 +176,10 @@ pub struct Report {
     pub truncated: config::Truncated,
     /// What was sent as `chat_template_kwargs` (and used for chatshards' own render).
     pub chat_template_kwargs: Map<String, Value>,
+    /// The server version the lockfile pins (checked against the servers at start); absent
+    /// for a build without a lockfile, or servers that report none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub server_version: Option<String>,
 }
 
 struct Endpoint {
@@ -198,6 +255,19 @@ impl Regenerator {
                     if !endpoints.iter().any(known) {
                         endpoints.push(runtime.block_on(client::probe(&http, e, &c.model))?);
                     }
+                    let served = endpoints.iter().find(|i| known(i));
+                    let served = served.and_then(|i| i.server_version.as_deref());
+                    match &settings.pinned {
+                        Some(p) if p.server_version.as_deref() != served => {
+                            return Err(RegenerateError::VersionChanged {
+                                endpoint: e.clone(),
+                                model: c.model.clone(),
+                                locked: shown(p.server_version.as_deref()),
+                                served: shown(served),
+                            })
+                        }
+                        _ => {}
+                    }
                 }
             }
             let mut kwargs = template_kwargs.clone();
@@ -267,6 +337,11 @@ impl Regenerator {
                         turns: c.turns,
                         truncated: c.truncated,
                         chat_template_kwargs: s.kwargs.clone(),
+                        server_version: s
+                            .settings
+                            .pinned
+                            .as_ref()
+                            .and_then(|p| p.server_version.clone()),
                     }
                 })
             })
