@@ -511,6 +511,110 @@ fn extra_rows() -> Vec<Value> {
     ]
 }
 
+/// Three-turn chats for `rows: per_conversation`.
+fn multi_turn_rows() -> Vec<Value> {
+    (0..2)
+        .map(|i| {
+            json!({"messages": [
+                {"role": "system", "content": "Be brief."},
+                {"role": "user", "content": format!("first question {i}")},
+                {"role": "assistant", "content": "old 1"},
+                {"role": "user", "content": "and then?"},
+                {"role": "assistant", "content": "old 2"},
+                {"role": "user", "content": "last one"},
+                {"role": "assistant", "content": "old 3"}]})
+        })
+        .collect()
+}
+
+#[test]
+fn per_conversation_rows_where_the_template_keeps_earlier_turns() {
+    let server = Server::start("tiny");
+    let tmp = tempfile::tempdir().expect("tmp");
+    let settings = "  rows: per_conversation\n";
+    // Qwen3.6 keeps an earlier turn's reasoning only with preserve_thinking.
+    let p = pipeline(
+        tmp.path(),
+        &server.url,
+        settings,
+        (0, 0),
+        &multi_turn_rows(),
+        "kept",
+    );
+    let yaml = std::fs::read_to_string(&p).expect("yaml").replace(
+        "chat_template.jinja}",
+        "chat_template.jinja, kwargs: {preserve_thinking: true}}",
+    );
+    std::fs::write(&p, yaml).expect("yaml");
+    let built = build(&p);
+    assert!(built.status.success(), "{}", stderr(&built));
+    let log = server.with(|s| s.log.clone());
+    assert_eq!(log.len(), 6, "three turns of two chats");
+    let manifest = json_file(&tmp.path().join("kept/manifest.json"));
+    let kept = rows(&tmp.path().join("kept"));
+    assert_eq!(kept.len(), 2, "{}", tally(&manifest, "extra"));
+    for (row_ids, mask) in kept.values() {
+        // The generations of this conversation: each one's prompt and completion are a prefix
+        // of the row (the conversations run concurrently, so the log interleaves them).
+        let chat: Vec<&(Vec<u32>, Vec<u32>)> = log
+            .iter()
+            .filter(|(p, c)| row_ids.starts_with(p) && row_ids[p.len()..].starts_with(c))
+            .collect();
+        assert_eq!(chat.len(), 3);
+        // The row is the last generation's prompt and completion; its mask is 1 exactly over
+        // the three completions, where the server's later prompts placed them.
+        let (last_prompt, last_completion) = chat.iter().max_by_key(|(p, _)| p.len()).expect("3");
+        assert_eq!(row_ids.len(), last_prompt.len() + last_completion.len());
+        let mut expected = vec![0u8; row_ids.len()];
+        for (prompt, completion) in &chat {
+            expected[prompt.len()..prompt.len() + completion.len()].fill(1);
+        }
+        assert_eq!(mask, &expected);
+        assert_eq!(
+            mask.iter().filter(|&&m| m == 1).count(),
+            chat.iter().map(|(_, c)| c.len()).sum::<usize>()
+        );
+    }
+    let t = tally(&manifest, "extra");
+    assert_eq!(
+        (t["succeeded"].as_u64(), t["not_verbatim"].as_u64()),
+        (Some(6), Some(0))
+    );
+    assert_eq!(manifest["regenerate"]["extra"]["rows"], "per_conversation");
+
+    // Without preserve_thinking the template drops the earlier reasoning: the later prompts
+    // differ from the earlier prompt and completion, so the rows are per generation and the
+    // conversations counted.
+    let p = pipeline(
+        tmp.path(),
+        &server.url,
+        settings,
+        (0, 0),
+        &multi_turn_rows(),
+        "split",
+    );
+    let built = build(&p);
+    assert!(built.status.success(), "{}", stderr(&built));
+    let manifest = json_file(&tmp.path().join("split/manifest.json"));
+    let t = tally(&manifest, "extra");
+    assert_eq!(
+        (t["succeeded"].as_u64(), t["not_verbatim"].as_u64()),
+        (Some(6), Some(2))
+    );
+    let split = rows(&tmp.path().join("split"));
+    assert_eq!(split.len(), 6);
+    let log = server.with(|s| s.log.clone());
+    for (ids, mask) in split.values() {
+        let (prompt, completion) = log
+            .iter()
+            .find(|(p, c)| p.len() + c.len() == ids.len() && ids.starts_with(p) && ids.ends_with(c))
+            .expect("a row per generation");
+        assert!(mask[..prompt.len()].iter().all(|&m| m == 0));
+        assert_eq!(mask[prompt.len()..].len(), completion.len());
+        assert!(mask[prompt.len()..].iter().all(|&m| m == 1));
+    }
+}
+
 #[test]
 fn a_wrong_model_or_no_server_stops_the_build_before_any_work() {
     let server = Server::start("other");

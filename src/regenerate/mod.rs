@@ -173,6 +173,9 @@ pub struct Report {
     pub sampling: config::Sampling,
     pub reasoning: config::Reasoning,
     pub turns: config::Turns,
+    /// Absent for the default, `per_generation`.
+    #[serde(skip_serializing_if = "config::Rows::is_default")]
+    pub rows: config::Rows,
     pub truncated: config::Truncated,
     /// What was sent as `chat_template_kwargs` (and used for chatshards' own render).
     pub chat_template_kwargs: Map<String, Value>,
@@ -335,6 +338,7 @@ impl Regenerator {
                         sampling: c.sampling.clone(),
                         reasoning: c.reasoning,
                         turns: c.turns,
+                        rows: c.rows,
                         truncated: c.truncated,
                         chat_template_kwargs: s.kwargs.clone(),
                         server_version: s
@@ -425,7 +429,7 @@ impl Regenerator {
             messages: original.messages[..first].to_vec(),
             tools: original.tools.clone(),
         };
-        let mut rows: Vec<Tokenized> = Vec::new();
+        let mut generations: Vec<Generation> = Vec::new();
         let mut at = first;
         let mut turn = 0u64;
         let fail = |reason, turn, detail: String| Regenerated {
@@ -452,7 +456,7 @@ impl Regenerator {
             if truncated {
                 tally.truncated += 1;
                 if cfg.truncated == config::Truncated::Drop {
-                    if rows.is_empty() {
+                    if generations.is_empty() {
                         return fail(
                             RejectReason::RegenTruncated,
                             turn,
@@ -468,12 +472,12 @@ impl Regenerator {
                 tally.succeeded += 1;
             }
             tally.generated_tokens += generation.completion_ids.len() as u64;
-            rows.push(row(rows.len(), &generation));
             let calls = splice::calls(&generation.tool_calls);
             let reply = Message::assistant(generation.content.clone().unwrap_or_default())
                 .with_reasoning(generation.reasoning.clone())
                 .with_tool_calls(calls.clone().unwrap_or_default());
             history.messages.push(reply);
+            generations.push(generation);
             if truncated || cfg.turns == config::Turns::Last {
                 break;
             }
@@ -493,6 +497,21 @@ impl Regenerator {
             }
         }
         tally.skipped = planned.saturating_sub(turn);
+        let rows = match cfg.rows {
+            config::Rows::PerGeneration => None,
+            config::Rows::PerConversation => {
+                let one = conversation_row(&generations);
+                tally.not_verbatim += u64::from(one.is_none());
+                one.map(|r| vec![r])
+            }
+        };
+        let rows = rows.unwrap_or_else(|| {
+            generations
+                .iter()
+                .enumerate()
+                .map(|(k, g)| row(k, g))
+                .collect()
+        });
         let outcome = self.length_rules(rows);
         let conversation = matches!(outcome, Outcome::Kept(_)).then_some(history);
         Regenerated {
@@ -676,6 +695,28 @@ fn row(segment: usize, g: &Generation) -> Tokenized {
     }
 }
 
+/// `rows: per_conversation`: the whole regenerated conversation as one row, the last
+/// generation's prompt and completion ids, with mask 1 over every generation's completion;
+/// `None` unless each prompt starts with the previous prompt and completion ids (the template
+/// re-rendered the earlier turns verbatim), which is what places the completions exactly.
+fn conversation_row(generations: &[Generation]) -> Option<Tokenized> {
+    let last = generations.last()?;
+    let verbatim = generations.windows(2).all(|w| {
+        let (before, after) = (&w[0], &w[1].prompt_ids);
+        after.starts_with(&before.prompt_ids)
+            && after[before.prompt_ids.len()..].starts_with(&before.completion_ids)
+    });
+    if !verbatim {
+        return None;
+    }
+    let mut r = row(0, last);
+    for g in &generations[..generations.len() - 1] {
+        let at = g.prompt_ids.len();
+        r.mask[at..at + g.completion_ids.len()].fill(1);
+    }
+    Some(r)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -697,6 +738,37 @@ mod tests {
         assert!(m.balanced());
         let other = Reject::new(RejectReason::Template, "assistant turn 1 of 2: x");
         assert!(RegenTally::of_reject(&other).is_zero());
+    }
+
+    fn generation(prompt: &[u32], completion: &[u32]) -> Generation {
+        Generation {
+            prompt_ids: prompt.to_vec(),
+            completion_ids: completion.to_vec(),
+            content: None,
+            reasoning: None,
+            tool_calls: Vec::new(),
+            finish_reason: "stop".into(),
+            fingerprint: None,
+        }
+    }
+
+    #[test]
+    fn a_conversation_row_masks_every_completion_when_the_prompts_extend_each_other() {
+        let first = generation(&[1, 2], &[3, 4]);
+        let second = generation(&[1, 2, 3, 4, 5, 6], &[7]);
+        let third = generation(&[1, 2, 3, 4, 5, 6, 7, 8], &[9, 10]);
+        let r = conversation_row(&[first.clone(), second.clone(), third]).expect("verbatim");
+        assert_eq!(r.ids, [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]);
+        assert_eq!(r.mask, [0, 0, 1, 1, 0, 0, 1, 0, 1, 1]);
+        // The template rewrote the first completion (3 4 became 3 5): not verbatim.
+        let rewritten = generation(&[1, 2, 3, 5, 5, 6], &[7]);
+        assert!(conversation_row(&[first.clone(), rewritten]).is_none());
+        // A single generation is its own row.
+        assert_eq!(
+            conversation_row(&[second]).expect("one").mask,
+            [0, 0, 0, 0, 0, 0, 1]
+        );
+        assert!(conversation_row(&[]).is_none());
     }
 
     #[test]
