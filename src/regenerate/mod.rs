@@ -159,6 +159,10 @@ pub struct Regenerated {
 /// nothing and must write the same manifest).
 #[derive(Debug, Default)]
 struct Counts {
+    /// Conversations the work passes queued for regeneration ([`Regenerator::expect`]) and
+    /// those finished, for the ETA.
+    expected: AtomicU64,
+    finished: AtomicU64,
     planned: AtomicU64,
     cached: AtomicU64,
     sent: AtomicU64,
@@ -212,6 +216,8 @@ pub struct Regenerator {
     counts: Counts,
     /// When progress was last printed.
     last_note: Mutex<Instant>,
+    /// When the first batch came (the rates are over the time since).
+    working_since: std::sync::OnceLock<Instant>,
     /// What the servers said at start (`/v1/models`, `/version`).
     pub endpoints: Vec<EndpointInfo>,
 }
@@ -305,6 +311,7 @@ impl Regenerator {
             started: Instant::now(),
             counts: Counts::default(),
             last_note: Mutex::new(Instant::now()),
+            working_since: std::sync::OnceLock::new(),
             endpoints,
         }))
     }
@@ -320,10 +327,35 @@ impl Regenerator {
         let Some(Some(source)) = self.sources.get(index) else {
             return Vec::new();
         };
-        let all = futures::future::join_all(batch.iter().map(|c| self.conversation(source, c)));
-        let done = self.runtime.block_on(all);
+        self.working_since.get_or_init(Instant::now);
+        let all = futures::future::join_all(batch.iter().map(|c| async {
+            let done = self.conversation(source, c).await;
+            self.counts.finished.fetch_add(1, Relaxed);
+            done
+        }));
+        // A batch of long generations can take minutes: progress is noted while it runs.
+        let ticker = async {
+            loop {
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                self.note_progress();
+            }
+        };
+        let done = self.runtime.block_on(async {
+            match futures::future::select(std::pin::pin!(all), std::pin::pin!(ticker)).await {
+                futures::future::Either::Left((done, _)) => done,
+                futures::future::Either::Right((_, all)) => all.await,
+            }
+        });
         self.note_progress();
         done
+    }
+
+    /// Announces `conversations` more to regenerate (a work pass of a regenerated source, less
+    /// what a resumed build had done), for the ETA.
+    pub fn expect(&self, conversations: usize) {
+        self.counts
+            .expected
+            .fetch_add(conversations as u64, Relaxed);
     }
 
     /// The manifest's records, by source index (`None` where a source is not regenerated).
@@ -385,8 +417,8 @@ impl Regenerator {
         )
     }
 
-    /// Every 10 s, a progress line: requests/s and generated tokens/s (the build's progress
-    /// bar gives rows and the ETA).
+    /// Every 10 s, a progress line: conversations done of those queued, requests/s, generated
+    /// tokens/s and the ETA of the queued conversations.
     fn note_progress(&self) {
         let Ok(mut last) = self.last_note.lock() else {
             return;
@@ -395,12 +427,18 @@ impl Regenerator {
             return;
         }
         *last = Instant::now();
-        let secs = self.started.elapsed().as_secs_f64().max(1e-3);
+        let since = self.working_since.get().copied().unwrap_or(self.started);
+        let n = |a: &AtomicU64| a.load(Relaxed);
+        let c = &self.counts;
         eprintln!(
-            "regenerate: {} request(s) sent, {:.1} requests/s, {:.0} generated tokens/s",
-            self.counts.sent.load(Relaxed),
-            self.counts.sent.load(Relaxed) as f64 / secs,
-            self.counts.generated_tokens.load(Relaxed) as f64 / secs
+            "{}",
+            Rates::of(
+                since.elapsed().as_secs_f64(),
+                n(&c.sent),
+                n(&c.generated_tokens),
+                n(&c.finished),
+                n(&c.expected)
+            )
         );
     }
 
@@ -677,6 +715,60 @@ fn server_messages(history: &Conversation) -> Value {
     messages
 }
 
+/// Regeneration's progress at one moment.
+#[derive(Debug, PartialEq)]
+struct Rates {
+    sent: u64,
+    requests_per_s: f64,
+    tokens_per_s: f64,
+    finished: u64,
+    /// Conversations queued so far (0: not announced).
+    expected: u64,
+    /// Seconds left for the queued conversations at the rate so far (`None` before the first
+    /// is finished).
+    eta_s: Option<f64>,
+}
+
+impl Rates {
+    /// After `secs` of work: `sent` requests, `tokens` generated, `finished` of `expected`
+    /// conversations done.
+    fn of(secs: f64, sent: u64, tokens: u64, finished: u64, expected: u64) -> Rates {
+        let secs = secs.max(1e-3);
+        let left = expected.saturating_sub(finished);
+        Rates {
+            sent,
+            requests_per_s: sent as f64 / secs,
+            tokens_per_s: tokens as f64 / secs,
+            finished,
+            expected,
+            eta_s: (finished > 0 && expected > 0).then(|| left as f64 * secs / finished as f64),
+        }
+    }
+}
+
+impl std::fmt::Display for Rates {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "regenerate: {} conversation(s)", self.finished)?;
+        if self.expected > 0 {
+            write!(f, " of {}", self.expected.max(self.finished))?;
+        }
+        write!(
+            f,
+            ", {} request(s) sent, {:.1} requests/s, {:.0} generated tokens/s",
+            self.sent, self.requests_per_s, self.tokens_per_s
+        )?;
+        if let Some(eta) = self.eta_s {
+            let eta = eta.round() as u64;
+            match (eta / 3600, eta / 60 % 60, eta % 60) {
+                (0, 0, s) => write!(f, ", ETA {s}s")?,
+                (0, m, s) => write!(f, ", ETA {m}m {s:02}s")?,
+                (h, m, _) => write!(f, ", ETA {h}h {m:02}m")?,
+            }
+        }
+        Ok(())
+    }
+}
+
 /// One generation as one row: the prompt ids unsupervised, the completion ids supervised.
 fn row(segment: usize, g: &Generation) -> Tokenized {
     let mut ids = Vec::with_capacity(g.prompt_ids.len() + g.completion_ids.len());
@@ -750,6 +842,35 @@ mod tests {
             finish_reason: "stop".into(),
             fingerprint: None,
         }
+    }
+
+    #[test]
+    fn the_eta_is_the_conversations_left_at_the_rate_so_far() {
+        // 40 s for 100 of 500 conversations: 400 left at 0.4 s each.
+        let r = Rates::of(40.0, 260, 52_000, 100, 500);
+        assert_eq!(
+            (r.requests_per_s, r.tokens_per_s, r.eta_s),
+            (6.5, 1300.0, Some(160.0))
+        );
+        assert_eq!(
+            r.to_string(),
+            "regenerate: 100 conversation(s) of 500, 260 request(s) sent, 6.5 requests/s, 1300 generated tokens/s, ETA 2m 40s"
+        );
+        let hours = Rates::of(10.0, 10, 100, 1, 400);
+        assert_eq!(hours.eta_s, Some(3990.0));
+        assert!(hours.to_string().ends_with(", ETA 1h 06m"), "{hours}");
+        // Nothing finished yet, or nothing announced: no ETA.
+        assert_eq!(Rates::of(5.0, 3, 0, 0, 50).eta_s, None);
+        assert_eq!(
+            Rates::of(5.0, 3, 30, 2, 0).to_string(),
+            "regenerate: 2 conversation(s), 3 request(s) sent, 0.6 requests/s, 6 generated tokens/s"
+        );
+        // More finished than announced (a shortfall asked for again): nothing left.
+        let over = Rates::of(8.0, 12, 0, 12, 10);
+        assert_eq!(over.eta_s, Some(0.0));
+        assert!(over
+            .to_string()
+            .starts_with("regenerate: 12 conversation(s) of 12,"));
     }
 
     #[test]
