@@ -943,4 +943,42 @@ fn a_real_vllm_server() {
         .expect("verify");
     assert!(verify.status.success(), "{}", stderr(&verify));
     assert_eq!(vllm_requests(&url), before, "offline: nothing sent");
+    // Locked: the lockfile pins the version vLLM reports; a locked build checks it at start,
+    // records it in the manifest, and answers from the cache.
+    let version = http_get(&url, "/version");
+    let version: Value = serde_json::from_str(&version).expect("/version json");
+    let version = version["version"].as_str().expect("version").to_owned();
+    let p = a.join("p.yaml");
+    let yaml = std::fs::read_to_string(&pa).expect("yaml");
+    std::fs::write(
+        &p,
+        yaml.replace("output: {dir: out}", "output: {dir: locked}"),
+    )
+    .expect("p");
+    let lock = bin().arg("lock").arg(&p).output().expect("lock");
+    assert!(lock.status.success(), "{}", stderr(&lock));
+    let text = std::fs::read_to_string(a.join("p.lock")).expect("p.lock");
+    assert!(
+        text.contains(&format!("server_version: \"{version}\"")),
+        "{text}"
+    );
+    let locked = locked_build(&p, false);
+    assert!(locked.status.success(), "{}", stderr(&locked));
+    let ml = json_file(&a.join("locked/manifest.json"));
+    assert_eq!(ml["regenerate"]["chat"]["server_version"], version.as_str());
+    assert_eq!(ml["dataset_sha256"], manifest["dataset_sha256"]);
+    assert_eq!(vllm_requests(&url), before, "locked: from the cache");
+    eprintln!("locked at vLLM {version}: the same dataset_sha256, nothing sent");
+}
+
+/// The body of `GET path` (HTTP/1.0, so the server closes the connection).
+fn http_get(url: &str, path: &str) -> String {
+    let addr = url.trim_start_matches("http://");
+    let mut s = TcpStream::connect(addr).expect("connect");
+    write!(s, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").expect("write");
+    let mut text = String::new();
+    s.read_to_string(&mut text).expect("read");
+    text.split_once("\r\n\r\n")
+        .map(|(_, body)| body.to_owned())
+        .unwrap_or_default()
 }
