@@ -28,6 +28,8 @@ enum Fault {
 #[derive(Default)]
 struct State {
     model: String,
+    /// What `/version` answers.
+    version: String,
     /// Consumed one per chat request, before it is answered.
     faults: VecDeque<Fault>,
     /// Chat requests received (faulty ones included) and answered with a generation.
@@ -54,6 +56,7 @@ impl Server {
         let url = format!("http://{}", listener.local_addr().expect("addr"));
         let state = Arc::new(Mutex::new(State {
             model: model.to_owned(),
+            version: "0.0-test".to_owned(),
             ..State::default()
         }));
         let zst = std::fs::read(Path::new(ROOT).join("templates/qwen3.6/tokenizer.json.zst"))
@@ -112,7 +115,10 @@ fn serve(mut stream: TcpStream, state: &Mutex<State>, engine: &Engine) {
                 json!({"object": "list", "data": [{"id": model, "object": "model"}]}),
             )
         }
-        "/version" => (200, json!({"version": "0.0-test"})),
+        "/version" => {
+            let version = state.lock().expect("state").version.clone();
+            (200, json!({ "version": version }))
+        }
         "/v1/chat/completions" => {
             let (fault, delay) = {
                 let mut s = state.lock().expect("state");
@@ -505,6 +511,110 @@ fn extra_rows() -> Vec<Value> {
     ]
 }
 
+/// Three-turn chats for `rows: per_conversation`.
+fn multi_turn_rows() -> Vec<Value> {
+    (0..2)
+        .map(|i| {
+            json!({"messages": [
+                {"role": "system", "content": "Be brief."},
+                {"role": "user", "content": format!("first question {i}")},
+                {"role": "assistant", "content": "old 1"},
+                {"role": "user", "content": "and then?"},
+                {"role": "assistant", "content": "old 2"},
+                {"role": "user", "content": "last one"},
+                {"role": "assistant", "content": "old 3"}]})
+        })
+        .collect()
+}
+
+#[test]
+fn per_conversation_rows_where_the_template_keeps_earlier_turns() {
+    let server = Server::start("tiny");
+    let tmp = tempfile::tempdir().expect("tmp");
+    let settings = "  rows: per_conversation\n";
+    // Qwen3.6 keeps an earlier turn's reasoning only with preserve_thinking.
+    let p = pipeline(
+        tmp.path(),
+        &server.url,
+        settings,
+        (0, 0),
+        &multi_turn_rows(),
+        "kept",
+    );
+    let yaml = std::fs::read_to_string(&p).expect("yaml").replace(
+        "chat_template.jinja}",
+        "chat_template.jinja, kwargs: {preserve_thinking: true}}",
+    );
+    std::fs::write(&p, yaml).expect("yaml");
+    let built = build(&p);
+    assert!(built.status.success(), "{}", stderr(&built));
+    let log = server.with(|s| s.log.clone());
+    assert_eq!(log.len(), 6, "three turns of two chats");
+    let manifest = json_file(&tmp.path().join("kept/manifest.json"));
+    let kept = rows(&tmp.path().join("kept"));
+    assert_eq!(kept.len(), 2, "{}", tally(&manifest, "extra"));
+    for (row_ids, mask) in kept.values() {
+        // The generations of this conversation: each one's prompt and completion are a prefix
+        // of the row (the conversations run concurrently, so the log interleaves them).
+        let chat: Vec<&(Vec<u32>, Vec<u32>)> = log
+            .iter()
+            .filter(|(p, c)| row_ids.starts_with(p) && row_ids[p.len()..].starts_with(c))
+            .collect();
+        assert_eq!(chat.len(), 3);
+        // The row is the last generation's prompt and completion; its mask is 1 exactly over
+        // the three completions, where the server's later prompts placed them.
+        let (last_prompt, last_completion) = chat.iter().max_by_key(|(p, _)| p.len()).expect("3");
+        assert_eq!(row_ids.len(), last_prompt.len() + last_completion.len());
+        let mut expected = vec![0u8; row_ids.len()];
+        for (prompt, completion) in &chat {
+            expected[prompt.len()..prompt.len() + completion.len()].fill(1);
+        }
+        assert_eq!(mask, &expected);
+        assert_eq!(
+            mask.iter().filter(|&&m| m == 1).count(),
+            chat.iter().map(|(_, c)| c.len()).sum::<usize>()
+        );
+    }
+    let t = tally(&manifest, "extra");
+    assert_eq!(
+        (t["succeeded"].as_u64(), t["not_verbatim"].as_u64()),
+        (Some(6), Some(0))
+    );
+    assert_eq!(manifest["regenerate"]["extra"]["rows"], "per_conversation");
+
+    // Without preserve_thinking the template drops the earlier reasoning: the later prompts
+    // differ from the earlier prompt and completion, so the rows are per generation and the
+    // conversations counted.
+    let p = pipeline(
+        tmp.path(),
+        &server.url,
+        settings,
+        (0, 0),
+        &multi_turn_rows(),
+        "split",
+    );
+    let built = build(&p);
+    assert!(built.status.success(), "{}", stderr(&built));
+    let manifest = json_file(&tmp.path().join("split/manifest.json"));
+    let t = tally(&manifest, "extra");
+    assert_eq!(
+        (t["succeeded"].as_u64(), t["not_verbatim"].as_u64()),
+        (Some(6), Some(2))
+    );
+    let split = rows(&tmp.path().join("split"));
+    assert_eq!(split.len(), 6);
+    let log = server.with(|s| s.log.clone());
+    for (ids, mask) in split.values() {
+        let (prompt, completion) = log
+            .iter()
+            .find(|(p, c)| p.len() + c.len() == ids.len() && ids.starts_with(p) && ids.ends_with(c))
+            .expect("a row per generation");
+        assert!(mask[..prompt.len()].iter().all(|&m| m == 0));
+        assert_eq!(mask[prompt.len()..].len(), completion.len());
+        assert!(mask[prompt.len()..].iter().all(|&m| m == 1));
+    }
+}
+
 #[test]
 fn a_wrong_model_or_no_server_stops_the_build_before_any_work() {
     let server = Server::start("other");
@@ -533,6 +643,96 @@ fn a_wrong_model_or_no_server_stops_the_build_before_any_work() {
         stderr(&built)
     );
     assert!(!tmp.path().join("out").exists());
+}
+
+fn locked_build(pipeline: &Path, offline: bool) -> std::process::Output {
+    let mut cmd = bin();
+    if offline {
+        cmd.env("CHATSHARDS_REGENERATE_OFFLINE", "1");
+    }
+    cmd.args(["build", "--locked", "--fresh", "--threads", "2"])
+        .arg(pipeline)
+        .output()
+        .expect("run chatshards")
+}
+
+#[test]
+fn the_lock_pins_the_served_version_and_a_locked_build_checks_it() {
+    let server = Server::start("tiny");
+    let tmp = tempfile::tempdir().expect("tmp");
+    let written = pipeline(tmp.path(), &server.url, "", (3, 0), &[], "out");
+    // Not `out.yaml`: its lockfile `out.lock` would be the output's build lock.
+    let p = tmp.path().join("p.yaml");
+    std::fs::rename(&written, &p).expect("rename");
+    let lock = |args: &[&str]| bin().arg("lock").args(args).arg(&p).output().expect("lock");
+    let locked = lock(&[]);
+    assert!(locked.status.success(), "{}", stderr(&locked));
+    let lock_path = tmp.path().join("p.lock");
+    let text = std::fs::read_to_string(&lock_path).expect("lock");
+    assert!(
+        text.ends_with("regenerate:\n  - model: \"tiny\"\n    server_version: \"0.0-test\"\n"),
+        "{text}"
+    );
+    let built = locked_build(&p, false);
+    assert!(built.status.success(), "{}", stderr(&built));
+    let out = tmp.path().join("out");
+    let first = json_file(&out.join("manifest.json"));
+    assert_eq!(first["regenerate"]["chat"]["server_version"], "0.0-test");
+    assert_eq!(first["regenerate"]["chat"]["model"], "tiny");
+
+    // The server is upgraded: a locked build refuses before sending anything...
+    server.with(|s| {
+        s.version = "0.1-test".to_owned();
+        s.received = 0;
+    });
+    let refused = locked_build(&p, false);
+    assert!(!refused.status.success());
+    assert!(
+        stderr(&refused).contains(&format!(
+            "endpoint {} serves `tiny` with server version `0.1-test`, but the lockfile pins version `0.0-test`",
+            server.url
+        )),
+        "{}",
+        stderr(&refused)
+    );
+    assert_eq!(server.with(|s| s.received), 0);
+    // ...relocking without --upgrade keeps the pin (no server asked)...
+    assert!(lock(&[]).status.success());
+    assert_eq!(std::fs::read_to_string(&lock_path).expect("lock"), text);
+    // ...a rebuild from the cache alone still works and is the same dataset...
+    let offline = locked_build(&p, true);
+    assert!(offline.status.success(), "{}", stderr(&offline));
+    let again = json_file(&out.join("manifest.json"));
+    assert_eq!(
+        (&again["build_id"], &again["dataset_sha256"]),
+        (&first["build_id"], &first["dataset_sha256"])
+    );
+    // ...and `lock --upgrade` pins the new version, which is a new build_id.
+    let upgraded = lock(&["--upgrade"]);
+    assert!(upgraded.status.success(), "{}", stderr(&upgraded));
+    assert!(std::fs::read_to_string(&lock_path)
+        .expect("lock")
+        .contains("server_version: \"0.1-test\""));
+    let built = locked_build(&p, false);
+    assert!(built.status.success(), "{}", stderr(&built));
+    let upgraded = json_file(&out.join("manifest.json"));
+    assert_eq!(upgraded["regenerate"]["chat"]["server_version"], "0.1-test");
+    assert_ne!(upgraded["build_id"], first["build_id"]);
+    assert_eq!(
+        server.with(|s| s.received),
+        0,
+        "the same requests: from the cache"
+    );
+
+    // A lockfile without the model is stale for a locked build.
+    std::fs::write(&lock_path, text.split("regenerate:").next().expect("text")).expect("write");
+    let stale = locked_build(&p, true);
+    assert!(!stale.status.success());
+    assert!(
+        stderr(&stale).contains("regenerate model `tiny` is not in the lockfile"),
+        "{}",
+        stderr(&stale)
+    );
 }
 
 #[test]
@@ -743,4 +943,42 @@ fn a_real_vllm_server() {
         .expect("verify");
     assert!(verify.status.success(), "{}", stderr(&verify));
     assert_eq!(vllm_requests(&url), before, "offline: nothing sent");
+    // Locked: the lockfile pins the version vLLM reports; a locked build checks it at start,
+    // records it in the manifest, and answers from the cache.
+    let version = http_get(&url, "/version");
+    let version: Value = serde_json::from_str(&version).expect("/version json");
+    let version = version["version"].as_str().expect("version").to_owned();
+    let p = a.join("p.yaml");
+    let yaml = std::fs::read_to_string(&pa).expect("yaml");
+    std::fs::write(
+        &p,
+        yaml.replace("output: {dir: out}", "output: {dir: locked}"),
+    )
+    .expect("p");
+    let lock = bin().arg("lock").arg(&p).output().expect("lock");
+    assert!(lock.status.success(), "{}", stderr(&lock));
+    let text = std::fs::read_to_string(a.join("p.lock")).expect("p.lock");
+    assert!(
+        text.contains(&format!("server_version: \"{version}\"")),
+        "{text}"
+    );
+    let locked = locked_build(&p, false);
+    assert!(locked.status.success(), "{}", stderr(&locked));
+    let ml = json_file(&a.join("locked/manifest.json"));
+    assert_eq!(ml["regenerate"]["chat"]["server_version"], version.as_str());
+    assert_eq!(ml["dataset_sha256"], manifest["dataset_sha256"]);
+    assert_eq!(vllm_requests(&url), before, "locked: from the cache");
+    eprintln!("locked at vLLM {version}: the same dataset_sha256, nothing sent");
+}
+
+/// The body of `GET path` (HTTP/1.0, so the server closes the connection).
+fn http_get(url: &str, path: &str) -> String {
+    let addr = url.trim_start_matches("http://");
+    let mut s = TcpStream::connect(addr).expect("connect");
+    write!(s, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").expect("write");
+    let mut text = String::new();
+    s.read_to_string(&mut text).expect("read");
+    text.split_once("\r\n\r\n")
+        .map(|(_, body)| body.to_owned())
+        .unwrap_or_default()
 }

@@ -1,13 +1,14 @@
 //! `chatshards lock PIPELINE.yaml`: pins every `hub:` entry to a commit and the size and
 //! SHA-256 of each file it selects, every local input file to its size and SHA-256, and the
-//! template variables, in `PIPELINE.lock` next to the pipeline.
+//! template variables, in `PIPELINE.lock` next to the pipeline; with `regenerate:`, each
+//! served model's server version too.
 //!
 //! Like `uv lock`, entries that still match the pipeline (same repo, kind, revision and
 //! `files`) are kept as they are, so relocking is stable and needs no network; `--upgrade`
 //! re-resolves everything, `--check` only verifies.
 
 use super::fetch::{hinted, with_lock_path, FetchBars};
-use crate::hub::{self, Hub, HubError, LockedFile, LockedRepo, Lockfile};
+use crate::hub::{self, Hub, HubError, LockedFile, LockedRepo, LockedServer, Lockfile};
 use crate::printer::Printer;
 use anyhow::Result;
 use std::path::PathBuf;
@@ -27,6 +28,7 @@ pub fn run(args: &LockArgs, printer: &Printer) -> Result<()> {
     let (config, _) = crate::plan::parse(pipeline)?;
     let local = crate::plan::local_files(pipeline, &config);
     let kwargs = crate::plan::template_kwargs(&config);
+    let models = crate::plan::regenerated_models(&config);
     let lock_path = Lockfile::path_for(pipeline);
     let existing = if lock_path.exists() {
         match Lockfile::read(&lock_path) {
@@ -56,6 +58,7 @@ pub fn run(args: &LockArgs, printer: &Printer) -> Result<()> {
             Err(error) => return Err(fail(with_lock_path(error, &lock_path))),
         };
         reasons.extend(lock.check_local(&local, &kwargs));
+        reasons.extend(lock.check_servers(&models.keys().cloned().collect::<Vec<_>>()));
         if !reasons.is_empty() {
             return Err(fail(HubError::StaleLock {
                 path: Some(lock_path),
@@ -113,7 +116,31 @@ pub fn run(args: &LockArgs, printer: &Printer) -> Result<()> {
             sha256,
         });
     }
-    let lock = Lockfile::with_local(entries, pinned, &kwargs);
+    // Each served model's version: kept from the lockfile like a Hub entry (relocking needs no
+    // server), asked of its endpoints when new or with `--upgrade`.
+    let mut servers = Vec::with_capacity(models.len());
+    for (model, endpoints) in &models {
+        let kept = existing
+            .as_ref()
+            .filter(|_| !args.upgrade)
+            .and_then(|lock| lock.server(model));
+        if let Some(server) = kept {
+            servers.push(server.clone());
+            continue;
+        }
+        let server_version = crate::regenerate::served_version(endpoints, model)?;
+        printer.info(&format!(
+            "Locked regenerate model `{model}` at server version {}",
+            server_version
+                .as_deref()
+                .unwrap_or("none (the server reports none)")
+        ));
+        servers.push(LockedServer {
+            model: model.clone(),
+            server_version,
+        });
+    }
+    let lock = Lockfile::with_local(entries, pinned, &kwargs).with_servers(servers);
     let bytes = lock.to_bytes();
     if std::fs::read(&lock_path).ok().as_deref() == Some(bytes.as_slice()) {
         printer.info(&format!("`{}` is up to date", lock_path.display()));

@@ -34,8 +34,9 @@ use std::io::{self, BufReader, BufWriter, Write};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-/// Version of the pass file format; a journal of another version is not resumed.
-const FORMAT: u32 = 3;
+/// Version of the pass file format; a journal of another version is not resumed. 4: the
+/// regeneration tally of a kept row gained `not_verbatim`.
+const FORMAT: u32 = 4;
 
 /// Rows between two segments of a pass, unless the build says otherwise: a few seconds of work,
 /// and few enough syncs (each syncs every open spill bucket) to cost nothing measurable.

@@ -763,6 +763,9 @@ impl Context<'_> {
         };
         // The rows the recorded segments did are not read again: the pass goes on after them.
         let wanted = &wanted[distinct_prefix(wanted, skip)..];
+        if let Some(regen) = self.regen.filter(|r| r.applies(index)) {
+            regen.expect(wanted.len());
+        }
         let source = &self.plan.sources[index];
         let (mut rows_in, mut last_segment) = (skip, LastSegment::new(skip));
         let (mut done, mut tokens) = (queued - wanted.len() as u64, 0u64);

@@ -75,6 +75,10 @@ pub enum StaleReason {
     LocalUnused { path: String },
     /// The template variables differ from the pinned ones (canonical JSON).
     KwargsChanged { locked: String, wanted: String },
+    /// A model served for `regenerate:` that the lockfile does not pin.
+    ServerMissing { model: String },
+    /// The lockfile pins a served model no `regenerate:` section uses any more.
+    ServerUnused { model: String },
 }
 
 impl fmt::Display for StaleReason {
@@ -124,6 +128,12 @@ impl fmt::Display for StaleReason {
             }
             StaleReason::KwargsChanged { locked, wanted } => {
                 write!(f, "template variables changed from {locked} to {wanted}")
+            }
+            StaleReason::ServerMissing { model } => {
+                write!(f, "regenerate model `{model}` is not in the lockfile")
+            }
+            StaleReason::ServerUnused { model } => {
+                write!(f, "regenerate model `{model}` is locked but no longer used")
             }
         }
     }

@@ -5,6 +5,9 @@
 //!
 //! Version 2 added `local` and `template_kwargs`; version 1 files are still read (they pin
 //! Hub files only, so a locked build of a pipeline with local inputs asks for a relock).
+//! A pipeline with `regenerate:` also gets a `regenerate` list (written only when there is
+//! one, so other lockfiles keep their bytes): each served model with the version its servers
+//! reported (docs/on-policy.md).
 //!
 //! The file is YAML written by one canonical writer (sorted, every string JSON-quoted, fixed
 //! field order), so locking twice gives the same bytes and diffs stay minimal. It is read
@@ -29,6 +32,16 @@ pub struct Lockfile {
     pub local: Vec<LockedFile>,
     /// The template variables as canonical JSON (`None` in version 1).
     pub template_kwargs: Option<String>,
+    /// The served models of `regenerate:`, sorted by model.
+    pub servers: Vec<LockedServer>,
+}
+
+/// A model served for `regenerate:` and the version its servers reported when locked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LockedServer {
+    pub model: String,
+    /// vLLM's `/version`; `None` for a server that reports none.
+    pub server_version: Option<String>,
 }
 
 /// One repo at one requested revision.
@@ -87,7 +100,21 @@ impl Lockfile {
             repos,
             local,
             template_kwargs: Some(kwargs_json(template_kwargs)),
+            servers: Vec::new(),
         }
+    }
+
+    /// This lockfile pinning `servers` too (sorted by model, one entry per model).
+    pub fn with_servers(mut self, mut servers: Vec<LockedServer>) -> Self {
+        servers.sort_by(|a, b| a.model.cmp(&b.model));
+        servers.dedup_by(|a, b| a.model == b.model);
+        self.servers = servers;
+        self
+    }
+
+    /// The pinned entry of a served model.
+    pub fn server(&self, model: &str) -> Option<&LockedServer> {
+        self.servers.iter().find(|s| s.model == model)
     }
 
     /// `pipelines/demo.yaml` → `pipelines/demo.lock`.
@@ -187,6 +214,18 @@ impl Lockfile {
                 "version 1 has no `local` or `template_kwargs`".to_owned(),
             ));
         }
+        if wire.version == 1 && !wire.regenerate.is_empty() {
+            return Err(invalid("version 1 has no `regenerate`".to_owned()));
+        }
+        let mut models = BTreeSet::new();
+        for server in &wire.regenerate {
+            if !models.insert(server.model.as_str()) {
+                return Err(invalid(format!(
+                    "regenerate model `{}` appears twice",
+                    server.model
+                )));
+            }
+        }
         let mut local_paths = BTreeSet::new();
         for file in &wire.local {
             if !local_paths.insert(file.path.as_str()) {
@@ -219,7 +258,15 @@ impl Lockfile {
                 sha256: file.sha256,
             })
             .collect();
-        let mut lock = Lockfile::with_local(repos, local, &kwargs);
+        let servers = wire
+            .regenerate
+            .into_iter()
+            .map(|s| LockedServer {
+                model: s.model,
+                server_version: s.server_version,
+            })
+            .collect();
+        let mut lock = Lockfile::with_local(repos, local, &kwargs).with_servers(servers);
         if wire.version == 1 {
             lock.version = 1;
             lock.template_kwargs = None;
@@ -277,6 +324,17 @@ impl Lockfile {
             }
             let kwargs = self.template_kwargs.as_deref().unwrap_or("{}");
             out.push_str(&format!("template_kwargs: {}\n", quote(kwargs)));
+            if !self.servers.is_empty() {
+                out.push_str("regenerate:\n");
+            }
+            for server in &self.servers {
+                out.push_str(&format!("  - model: {}\n", quote(&server.model)));
+                let version = server
+                    .server_version
+                    .as_deref()
+                    .map_or("null".into(), quote);
+                out.push_str(&format!("    server_version: {version}\n"));
+            }
         }
         out.into_bytes()
     }
@@ -392,6 +450,28 @@ impl Lockfile {
     }
 }
 
+impl Lockfile {
+    /// Why the pinned served models differ from the pipeline's `models` (empty when they
+    /// match): a version is pinned per model, so each model needs its entry. A version 1
+    /// lockfile pins none.
+    pub fn check_servers(&self, models: &[String]) -> Vec<StaleReason> {
+        let mut reasons: Vec<StaleReason> = models
+            .iter()
+            .filter(|m| self.server(m).is_none())
+            .map(|m| StaleReason::ServerMissing { model: m.clone() })
+            .collect();
+        reasons.extend(
+            self.servers
+                .iter()
+                .filter(|s| !models.contains(&s.model))
+                .map(|s| StaleReason::ServerUnused {
+                    model: s.model.clone(),
+                }),
+        );
+        reasons
+    }
+}
+
 /// Canonical JSON of template variables (keys sorted), as the lockfile records them.
 pub fn kwargs_json(kwargs: &serde_json::Map<String, serde_json::Value>) -> String {
     crate::model::digest::canonical_json(&serde_json::Value::Object(kwargs.clone()))
@@ -414,6 +494,15 @@ struct LockWire {
     local: Vec<LockedFileWire>,
     #[serde(default)]
     template_kwargs: Option<String>,
+    #[serde(default)]
+    regenerate: Vec<LockedServerWire>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct LockedServerWire {
+    model: String,
+    server_version: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -487,6 +576,56 @@ mod tests {
                 serde_json::Value::Bool(true),
             )]),
         )
+    }
+
+    #[test]
+    fn served_models_are_pinned_after_the_template_variables() {
+        let plain = sample().to_bytes();
+        let lock = sample().with_servers(vec![
+            LockedServer {
+                model: "tiny".to_owned(),
+                server_version: None,
+            },
+            LockedServer {
+                model: "Qwen/Qwen3.6-27B".to_owned(),
+                server_version: Some("0.32.0".to_owned()),
+            },
+        ]);
+        let text = String::from_utf8(lock.to_bytes()).expect("utf8");
+        let added = text
+            .strip_prefix(std::str::from_utf8(&plain).expect("utf8"))
+            .expect("the plain lockfile's text comes first, unchanged");
+        assert_eq!(
+            added,
+            "regenerate:\n  - model: \"Qwen/Qwen3.6-27B\"\n    server_version: \"0.32.0\"\n  - model: \"tiny\"\n    server_version: null\n"
+        );
+        let back = Lockfile::from_bytes(text.as_bytes(), Path::new("x.lock")).expect("parse");
+        assert_eq!(back, lock);
+        assert_eq!(
+            back.server("tiny").map(|s| s.server_version.clone()),
+            Some(None)
+        );
+        let models = ["tiny".to_owned(), "other".to_owned()];
+        let reasons: Vec<String> = back
+            .check_servers(&models)
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        assert_eq!(
+            reasons,
+            [
+                "regenerate model `other` is not in the lockfile",
+                "regenerate model `Qwen/Qwen3.6-27B` is locked but no longer used",
+            ]
+        );
+        let twice = format!("{text}  - model: \"tiny\"\n    server_version: null\n");
+        let error = Lockfile::from_bytes(twice.as_bytes(), Path::new("x.lock")).unwrap_err();
+        assert!(
+            error
+                .to_string()
+                .contains("regenerate model `tiny` appears twice"),
+            "{error}"
+        );
     }
 
     #[test]

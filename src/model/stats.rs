@@ -64,6 +64,10 @@ pub struct RegenTally {
     pub unpaired_tool_calls: u64,
     /// Completion tokens in the regenerated rows.
     pub generated_tokens: u64,
+    /// Conversations under `rows: per_conversation` whose later prompts did not start with the
+    /// earlier prompt and completion ids (the template rewrote an earlier turn): written one
+    /// row per generation instead.
+    pub not_verbatim: u64,
 }
 
 impl RegenTally {
@@ -114,6 +118,7 @@ impl AddAssign<&RegenTally> for RegenTally {
         self.render_mismatch += o.render_mismatch;
         self.unpaired_tool_calls += o.unpaired_tool_calls;
         self.generated_tokens += o.generated_tokens;
+        self.not_verbatim += o.not_verbatim;
     }
 }
 

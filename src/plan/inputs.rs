@@ -44,6 +44,8 @@ pub struct UsedLock {
     /// Its bytes, copied into the output directory.
     pub bytes: Vec<u8>,
     pub sha256: String,
+    /// Its `regenerate` entries: the served models' versions.
+    pub servers: Vec<crate::hub::LockedServer>,
 }
 
 pub(super) struct Inputs {
@@ -82,6 +84,31 @@ pub fn local_files(pipeline: &Path, config: &PipelineConfig) -> Vec<(String, Pat
         }
     }
     files
+}
+
+/// The served models of the pipeline's `regenerate:` sections in use, each with its
+/// endpoints (the lockfile pins a version per model).
+pub fn regenerated_models(
+    config: &PipelineConfig,
+) -> std::collections::BTreeMap<String, Vec<String>> {
+    use crate::regenerate::SourceRegenerate as Own;
+    let mut models: std::collections::BTreeMap<String, Vec<String>> = Default::default();
+    for source in &config.sources {
+        let section = match (&source.regenerate, &config.regenerate) {
+            (Some(Own::Switch(false)), _) => None,
+            (Some(Own::Own(c)), _) => Some(c.as_ref()),
+            (_, global) => global.as_ref(),
+        };
+        if let Some(c) = section {
+            let endpoints = models.entry(c.model.clone()).or_default();
+            for e in &c.endpoints {
+                if !endpoints.contains(e) {
+                    endpoints.push(e.clone());
+                }
+            }
+        }
+    }
+    models
 }
 
 /// The template variables as a JSON object.
@@ -206,6 +233,8 @@ pub(super) fn resolve(
             };
             reasons
                 .extend(lock.check_local(&local_files(pipeline, config), &template_kwargs(config)));
+            let models: Vec<String> = regenerated_models(config).into_keys().collect();
+            reasons.extend(lock.check_servers(&models));
             if !reasons.is_empty() {
                 return Err(crate::hub::HubError::StaleLock {
                     path: Some(lock_path),
@@ -231,6 +260,7 @@ pub(super) fn resolve(
             path: lock_path.clone(),
             sha256: super::sha256_hex(&bytes),
             bytes,
+            servers: lock.servers.clone(),
         });
         lock
     });

@@ -8,7 +8,9 @@ pub mod paths;
 mod suggest;
 
 pub use crate::model::digest::sha256_hex;
-pub use inputs::{local_files, template_kwargs, HubAccess, InputFile, UsedLock};
+pub use inputs::{
+    local_files, regenerated_models, template_kwargs, HubAccess, InputFile, UsedLock,
+};
 
 use crate::adapt::{
     Adapter, AgenticAdapter, AlpacaAdapter, GlaiveAdapter, HermesAdapter, OpenAiAdapter,
@@ -297,7 +299,7 @@ pub fn compile(path: &Path, access: HubAccess) -> Result<Plan, PlanError> {
                 errors.push(format!("sources[{i}]: {e}"));
             }
         }
-        let regenerate = crate::regenerate::resolve(
+        let mut regenerate = crate::regenerate::resolve(
             config.regenerate.as_ref(),
             source.regenerate.as_ref(),
             i,
@@ -307,6 +309,16 @@ pub fn compile(path: &Path, access: HubAccess) -> Result<Plan, PlanError> {
         .map_err(|e| errors.extend(e))
         .ok()
         .flatten();
+        // The served version the lockfile pins, checked against the servers at start.
+        if let (Some(settings), Some(lock)) = (&mut regenerate, &inputs.lock) {
+            settings.pinned = lock
+                .servers
+                .iter()
+                .find(|s| s.model == settings.config.model)
+                .map(|s| crate::regenerate::Pinned {
+                    server_version: s.server_version.clone(),
+                });
+        }
         let min_keep = source
             .min_keep
             .or(config.min_keep)

@@ -22,6 +22,10 @@ pub struct RegenerateConfig {
     /// `all`: each assistant turn against the regenerated history; `last`: the last one only.
     #[serde(default)]
     pub turns: Turns,
+    /// `per_generation`: one row per generation (the speculators format); `per_conversation`:
+    /// one row per regenerated conversation where the template keeps earlier turns verbatim.
+    #[serde(default)]
+    pub rows: Rows,
     /// Requests in flight per endpoint.
     #[serde(default = "default_concurrency")]
     pub concurrency: usize,
@@ -92,6 +96,20 @@ pub enum Truncated {
     #[default]
     Drop,
     Keep,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Rows {
+    #[default]
+    PerGeneration,
+    PerConversation,
+}
+
+impl Rows {
+    pub fn is_default(&self) -> bool {
+        *self == Rows::default()
+    }
 }
 
 /// A source's `regenerate:`.

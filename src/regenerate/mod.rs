@@ -39,6 +39,15 @@ pub struct Settings {
     pub config: RegenerateConfig,
     /// `config.cache_dir` resolved against the pipeline file, or the default.
     pub cache_dir: PathBuf,
+    /// What the lockfile pins for `config.model`, when the build reads one.
+    pub pinned: Option<Pinned>,
+}
+
+/// The lockfile's record of a served model (`chatshards lock` asked its servers).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Pinned {
+    /// `/version` as the servers reported it when locked; `None` for servers without one.
+    pub server_version: Option<String>,
 }
 
 /// A source's settings: its own section, the pipeline's, or none; problems name the field.
@@ -73,6 +82,7 @@ pub fn resolve(
     Ok(Some(Settings {
         config: config.clone(),
         cache_dir,
+        pinned: None,
     }))
 }
 
@@ -91,6 +101,49 @@ pub enum RegenerateError {
     Template(String),
     #[error("regenerate: cannot start the runtime: {0}")]
     Runtime(String),
+    #[error("regenerate: endpoint {endpoint} serves `{model}` with server version {served}, but the lockfile pins version {locked}; run `chatshards lock --upgrade` to pin the new server (the build_id changes), or set {OFFLINE_ENV}=1 to rebuild from the cache alone")]
+    VersionChanged {
+        endpoint: String,
+        model: String,
+        locked: String,
+        served: String,
+    },
+    #[error("regenerate: the endpoints of `{model}` report different server versions: {versions}; serve one version to lock it")]
+    MixedVersions { model: String, versions: String },
+}
+
+/// How a version is shown in errors (`none` for a server that reports none).
+fn shown(version: Option<&str>) -> String {
+    version.map_or_else(|| "none".to_owned(), |v| format!("`{v}`"))
+}
+
+/// The server version `endpoints` report for `model` (for `chatshards lock`): each endpoint
+/// is checked as a build checks it at start, and all must report the same version.
+pub fn served_version(
+    endpoints: &[String],
+    model: &str,
+) -> Result<Option<String>, RegenerateError> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| RegenerateError::Runtime(e.to_string()))?;
+    let http = client::http_client(Duration::from_secs(30))?;
+    let mut seen: Vec<EndpointInfo> = Vec::new();
+    for e in endpoints {
+        seen.push(runtime.block_on(client::probe(&http, e, model))?);
+    }
+    let first = seen.first().and_then(|i| i.server_version.clone());
+    if seen.iter().any(|i| i.server_version != first) {
+        return Err(RegenerateError::MixedVersions {
+            model: model.to_owned(),
+            versions: seen
+                .iter()
+                .map(|i| format!("{} {}", i.endpoint, shown(i.server_version.as_deref())))
+                .collect::<Vec<_>>()
+                .join(", "),
+        });
+    }
+    Ok(first)
 }
 
 /// One conversation's regeneration: what the work pass does with it, and the conversation
@@ -106,6 +159,10 @@ pub struct Regenerated {
 /// nothing and must write the same manifest).
 #[derive(Debug, Default)]
 struct Counts {
+    /// Conversations the work passes queued for regeneration ([`Regenerator::expect`]) and
+    /// those finished, for the ETA.
+    expected: AtomicU64,
+    finished: AtomicU64,
     planned: AtomicU64,
     cached: AtomicU64,
     sent: AtomicU64,
@@ -120,9 +177,16 @@ pub struct Report {
     pub sampling: config::Sampling,
     pub reasoning: config::Reasoning,
     pub turns: config::Turns,
+    /// Absent for the default, `per_generation`.
+    #[serde(skip_serializing_if = "config::Rows::is_default")]
+    pub rows: config::Rows,
     pub truncated: config::Truncated,
     /// What was sent as `chat_template_kwargs` (and used for chatshards' own render).
     pub chat_template_kwargs: Map<String, Value>,
+    /// The server version the lockfile pins (checked against the servers at start); absent
+    /// for a build without a lockfile, or servers that report none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub server_version: Option<String>,
 }
 
 struct Endpoint {
@@ -152,6 +216,8 @@ pub struct Regenerator {
     counts: Counts,
     /// When progress was last printed.
     last_note: Mutex<Instant>,
+    /// When the first batch came (the rates are over the time since).
+    working_since: std::sync::OnceLock<Instant>,
     /// What the servers said at start (`/v1/models`, `/version`).
     pub endpoints: Vec<EndpointInfo>,
 }
@@ -198,6 +264,19 @@ impl Regenerator {
                     if !endpoints.iter().any(known) {
                         endpoints.push(runtime.block_on(client::probe(&http, e, &c.model))?);
                     }
+                    let served = endpoints.iter().find(|i| known(i));
+                    let served = served.and_then(|i| i.server_version.as_deref());
+                    match &settings.pinned {
+                        Some(p) if p.server_version.as_deref() != served => {
+                            return Err(RegenerateError::VersionChanged {
+                                endpoint: e.clone(),
+                                model: c.model.clone(),
+                                locked: shown(p.server_version.as_deref()),
+                                served: shown(served),
+                            })
+                        }
+                        _ => {}
+                    }
                 }
             }
             let mut kwargs = template_kwargs.clone();
@@ -232,6 +311,7 @@ impl Regenerator {
             started: Instant::now(),
             counts: Counts::default(),
             last_note: Mutex::new(Instant::now()),
+            working_since: std::sync::OnceLock::new(),
             endpoints,
         }))
     }
@@ -247,10 +327,35 @@ impl Regenerator {
         let Some(Some(source)) = self.sources.get(index) else {
             return Vec::new();
         };
-        let all = futures::future::join_all(batch.iter().map(|c| self.conversation(source, c)));
-        let done = self.runtime.block_on(all);
+        self.working_since.get_or_init(Instant::now);
+        let all = futures::future::join_all(batch.iter().map(|c| async {
+            let done = self.conversation(source, c).await;
+            self.counts.finished.fetch_add(1, Relaxed);
+            done
+        }));
+        // A batch of long generations can take minutes: progress is noted while it runs.
+        let ticker = async {
+            loop {
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                self.note_progress();
+            }
+        };
+        let done = self.runtime.block_on(async {
+            match futures::future::select(std::pin::pin!(all), std::pin::pin!(ticker)).await {
+                futures::future::Either::Left((done, _)) => done,
+                futures::future::Either::Right((_, all)) => all.await,
+            }
+        });
         self.note_progress();
         done
+    }
+
+    /// Announces `conversations` more to regenerate (a work pass of a regenerated source, less
+    /// what a resumed build had done), for the ETA.
+    pub fn expect(&self, conversations: usize) {
+        self.counts
+            .expected
+            .fetch_add(conversations as u64, Relaxed);
     }
 
     /// The manifest's records, by source index (`None` where a source is not regenerated).
@@ -265,8 +370,14 @@ impl Regenerator {
                         sampling: c.sampling.clone(),
                         reasoning: c.reasoning,
                         turns: c.turns,
+                        rows: c.rows,
                         truncated: c.truncated,
                         chat_template_kwargs: s.kwargs.clone(),
+                        server_version: s
+                            .settings
+                            .pinned
+                            .as_ref()
+                            .and_then(|p| p.server_version.clone()),
                     }
                 })
             })
@@ -306,8 +417,8 @@ impl Regenerator {
         )
     }
 
-    /// Every 10 s, a progress line: requests/s and generated tokens/s (the build's progress
-    /// bar gives rows and the ETA).
+    /// Every 10 s, a progress line: conversations done of those queued, requests/s, generated
+    /// tokens/s and the ETA of the queued conversations.
     fn note_progress(&self) {
         let Ok(mut last) = self.last_note.lock() else {
             return;
@@ -316,12 +427,18 @@ impl Regenerator {
             return;
         }
         *last = Instant::now();
-        let secs = self.started.elapsed().as_secs_f64().max(1e-3);
+        let since = self.working_since.get().copied().unwrap_or(self.started);
+        let n = |a: &AtomicU64| a.load(Relaxed);
+        let c = &self.counts;
         eprintln!(
-            "regenerate: {} request(s) sent, {:.1} requests/s, {:.0} generated tokens/s",
-            self.counts.sent.load(Relaxed),
-            self.counts.sent.load(Relaxed) as f64 / secs,
-            self.counts.generated_tokens.load(Relaxed) as f64 / secs
+            "{}",
+            Rates::of(
+                since.elapsed().as_secs_f64(),
+                n(&c.sent),
+                n(&c.generated_tokens),
+                n(&c.finished),
+                n(&c.expected)
+            )
         );
     }
 
@@ -350,7 +467,7 @@ impl Regenerator {
             messages: original.messages[..first].to_vec(),
             tools: original.tools.clone(),
         };
-        let mut rows: Vec<Tokenized> = Vec::new();
+        let mut generations: Vec<Generation> = Vec::new();
         let mut at = first;
         let mut turn = 0u64;
         let fail = |reason, turn, detail: String| Regenerated {
@@ -377,7 +494,7 @@ impl Regenerator {
             if truncated {
                 tally.truncated += 1;
                 if cfg.truncated == config::Truncated::Drop {
-                    if rows.is_empty() {
+                    if generations.is_empty() {
                         return fail(
                             RejectReason::RegenTruncated,
                             turn,
@@ -393,12 +510,12 @@ impl Regenerator {
                 tally.succeeded += 1;
             }
             tally.generated_tokens += generation.completion_ids.len() as u64;
-            rows.push(row(rows.len(), &generation));
             let calls = splice::calls(&generation.tool_calls);
             let reply = Message::assistant(generation.content.clone().unwrap_or_default())
                 .with_reasoning(generation.reasoning.clone())
                 .with_tool_calls(calls.clone().unwrap_or_default());
             history.messages.push(reply);
+            generations.push(generation);
             if truncated || cfg.turns == config::Turns::Last {
                 break;
             }
@@ -418,6 +535,21 @@ impl Regenerator {
             }
         }
         tally.skipped = planned.saturating_sub(turn);
+        let rows = match cfg.rows {
+            config::Rows::PerGeneration => None,
+            config::Rows::PerConversation => {
+                let one = conversation_row(&generations);
+                tally.not_verbatim += u64::from(one.is_none());
+                one.map(|r| vec![r])
+            }
+        };
+        let rows = rows.unwrap_or_else(|| {
+            generations
+                .iter()
+                .enumerate()
+                .map(|(k, g)| row(k, g))
+                .collect()
+        });
         let outcome = self.length_rules(rows);
         let conversation = matches!(outcome, Outcome::Kept(_)).then_some(history);
         Regenerated {
@@ -583,6 +715,60 @@ fn server_messages(history: &Conversation) -> Value {
     messages
 }
 
+/// Regeneration's progress at one moment.
+#[derive(Debug, PartialEq)]
+struct Rates {
+    sent: u64,
+    requests_per_s: f64,
+    tokens_per_s: f64,
+    finished: u64,
+    /// Conversations queued so far (0: not announced).
+    expected: u64,
+    /// Seconds left for the queued conversations at the rate so far (`None` before the first
+    /// is finished).
+    eta_s: Option<f64>,
+}
+
+impl Rates {
+    /// After `secs` of work: `sent` requests, `tokens` generated, `finished` of `expected`
+    /// conversations done.
+    fn of(secs: f64, sent: u64, tokens: u64, finished: u64, expected: u64) -> Rates {
+        let secs = secs.max(1e-3);
+        let left = expected.saturating_sub(finished);
+        Rates {
+            sent,
+            requests_per_s: sent as f64 / secs,
+            tokens_per_s: tokens as f64 / secs,
+            finished,
+            expected,
+            eta_s: (finished > 0 && expected > 0).then(|| left as f64 * secs / finished as f64),
+        }
+    }
+}
+
+impl std::fmt::Display for Rates {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "regenerate: {} conversation(s)", self.finished)?;
+        if self.expected > 0 {
+            write!(f, " of {}", self.expected.max(self.finished))?;
+        }
+        write!(
+            f,
+            ", {} request(s) sent, {:.1} requests/s, {:.0} generated tokens/s",
+            self.sent, self.requests_per_s, self.tokens_per_s
+        )?;
+        if let Some(eta) = self.eta_s {
+            let eta = eta.round() as u64;
+            match (eta / 3600, eta / 60 % 60, eta % 60) {
+                (0, 0, s) => write!(f, ", ETA {s}s")?,
+                (0, m, s) => write!(f, ", ETA {m}m {s:02}s")?,
+                (h, m, _) => write!(f, ", ETA {h}h {m:02}m")?,
+            }
+        }
+        Ok(())
+    }
+}
+
 /// One generation as one row: the prompt ids unsupervised, the completion ids supervised.
 fn row(segment: usize, g: &Generation) -> Tokenized {
     let mut ids = Vec::with_capacity(g.prompt_ids.len() + g.completion_ids.len());
@@ -599,6 +785,28 @@ fn row(segment: usize, g: &Generation) -> Tokenized {
         boundary_merged: false,
         origin: Origin::Reference,
     }
+}
+
+/// `rows: per_conversation`: the whole regenerated conversation as one row, the last
+/// generation's prompt and completion ids, with mask 1 over every generation's completion;
+/// `None` unless each prompt starts with the previous prompt and completion ids (the template
+/// re-rendered the earlier turns verbatim), which is what places the completions exactly.
+fn conversation_row(generations: &[Generation]) -> Option<Tokenized> {
+    let last = generations.last()?;
+    let verbatim = generations.windows(2).all(|w| {
+        let (before, after) = (&w[0], &w[1].prompt_ids);
+        after.starts_with(&before.prompt_ids)
+            && after[before.prompt_ids.len()..].starts_with(&before.completion_ids)
+    });
+    if !verbatim {
+        return None;
+    }
+    let mut r = row(0, last);
+    for g in &generations[..generations.len() - 1] {
+        let at = g.prompt_ids.len();
+        r.mask[at..at + g.completion_ids.len()].fill(1);
+    }
+    Some(r)
 }
 
 #[cfg(test)]
@@ -622,6 +830,66 @@ mod tests {
         assert!(m.balanced());
         let other = Reject::new(RejectReason::Template, "assistant turn 1 of 2: x");
         assert!(RegenTally::of_reject(&other).is_zero());
+    }
+
+    fn generation(prompt: &[u32], completion: &[u32]) -> Generation {
+        Generation {
+            prompt_ids: prompt.to_vec(),
+            completion_ids: completion.to_vec(),
+            content: None,
+            reasoning: None,
+            tool_calls: Vec::new(),
+            finish_reason: "stop".into(),
+            fingerprint: None,
+        }
+    }
+
+    #[test]
+    fn the_eta_is_the_conversations_left_at_the_rate_so_far() {
+        // 40 s for 100 of 500 conversations: 400 left at 0.4 s each.
+        let r = Rates::of(40.0, 260, 52_000, 100, 500);
+        assert_eq!(
+            (r.requests_per_s, r.tokens_per_s, r.eta_s),
+            (6.5, 1300.0, Some(160.0))
+        );
+        assert_eq!(
+            r.to_string(),
+            "regenerate: 100 conversation(s) of 500, 260 request(s) sent, 6.5 requests/s, 1300 generated tokens/s, ETA 2m 40s"
+        );
+        let hours = Rates::of(10.0, 10, 100, 1, 400);
+        assert_eq!(hours.eta_s, Some(3990.0));
+        assert!(hours.to_string().ends_with(", ETA 1h 06m"), "{hours}");
+        // Nothing finished yet, or nothing announced: no ETA.
+        assert_eq!(Rates::of(5.0, 3, 0, 0, 50).eta_s, None);
+        assert_eq!(
+            Rates::of(5.0, 3, 30, 2, 0).to_string(),
+            "regenerate: 2 conversation(s), 3 request(s) sent, 0.6 requests/s, 6 generated tokens/s"
+        );
+        // More finished than announced (a shortfall asked for again): nothing left.
+        let over = Rates::of(8.0, 12, 0, 12, 10);
+        assert_eq!(over.eta_s, Some(0.0));
+        assert!(over
+            .to_string()
+            .starts_with("regenerate: 12 conversation(s) of 12,"));
+    }
+
+    #[test]
+    fn a_conversation_row_masks_every_completion_when_the_prompts_extend_each_other() {
+        let first = generation(&[1, 2], &[3, 4]);
+        let second = generation(&[1, 2, 3, 4, 5, 6], &[7]);
+        let third = generation(&[1, 2, 3, 4, 5, 6, 7, 8], &[9, 10]);
+        let r = conversation_row(&[first.clone(), second.clone(), third]).expect("verbatim");
+        assert_eq!(r.ids, [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]);
+        assert_eq!(r.mask, [0, 0, 1, 1, 0, 0, 1, 0, 1, 1]);
+        // The template rewrote the first completion (3 4 became 3 5): not verbatim.
+        let rewritten = generation(&[1, 2, 3, 5, 5, 6], &[7]);
+        assert!(conversation_row(&[first.clone(), rewritten]).is_none());
+        // A single generation is its own row.
+        assert_eq!(
+            conversation_row(&[second]).expect("one").mask,
+            [0, 0, 0, 0, 0, 0, 1]
+        );
+        assert!(conversation_row(&[]).is_none());
     }
 
     #[test]
