@@ -88,6 +88,23 @@ fn symbolic_links_where_outputs_go_are_refused_and_their_targets_untouched() {
     unchanged("out.lock");
     std::fs::remove_file(tmp.path().join("out.lock")).expect("rm");
 
+    // A file of that name that is not a build lock (a pipeline `out.yaml`'s lockfile).
+    let lockfile = "version: 1\nfiles: []\n";
+    std::fs::write(tmp.path().join("out.lock"), lockfile).expect("lockfile");
+    let out = build(&p).output().expect("build");
+    assert_refused(
+        &out,
+        &[
+            "out.lock` is in the way",
+            "holds something else (a pipeline's lockfile?)",
+        ],
+    );
+    assert_eq!(
+        std::fs::read_to_string(tmp.path().join("out.lock")).expect("lockfile"),
+        lockfile
+    );
+    std::fs::remove_file(tmp.path().join("out.lock")).expect("rm");
+
     // The staging directory, pointing at a folder of the user's.
     let elsewhere = tmp.path().join("elsewhere");
     std::fs::create_dir(&elsewhere).expect("mkdir");

@@ -678,8 +678,21 @@ fn lock(dir: &Path) -> Result<fs::File> {
             return Err(e).with_context(|| format!("failed to lock `{}`", path.display()))
         }
     }
+    // Only ever a process id: anything else there (a pipeline `X.yaml` beside `output.dir: X`
+    // has its lockfile at this very path) is not overwritten.
+    let mut held = String::new();
+    let ours = std::io::Read::read_to_string(&mut file, &mut held)
+        .is_ok_and(|_| held.trim().bytes().all(|b| b.is_ascii_digit()));
+    if !ours {
+        bail!(
+            "`{}` is in the way: the build locks its output `{}` with a file of that name, and this one holds something else (a pipeline's lockfile?). Move it, or choose another `output.dir`",
+            path.display(),
+            dir.display()
+        );
+    }
     // Who holds it, for the message above (informational only: the flock is the lock).
     file.set_len(0).ok();
+    let _ = std::io::Seek::rewind(&mut file);
     let _ = write!(file, "{}", std::process::id());
     Ok(file)
 }
