@@ -387,3 +387,47 @@ fn settings_that_read_text_are_refused_for_a_speculator_source() {
     let ids: Vec<String> = rows(&out).into_keys().collect();
     assert_eq!(ids, ["spec:0:0:0", "spec:0:2:0"]);
 }
+
+#[test]
+fn truncate_cuts_a_row_at_the_end_of_an_assistant_turn_and_keeps_its_prefix() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let input = fixture();
+    // c1_gen1 with its history's answer supervised too (not speculators' output: a row of a
+    // tool that trains every assistant turn).
+    let (ids, mut mask) = (input[1].1.clone(), input[1].2.clone());
+    assert_eq!(mask[15..=22], [0; 8]);
+    for m in &mut mask[15..=22] {
+        *m = 1;
+    }
+    let row = serde_json::json!({"id": "both", "input_ids": ids, "loss_mask": mask});
+    let p = pipeline(tmp.path(), &format!("{row}\n"), None, "", "");
+    let yaml = std::fs::read_to_string(&p).expect("read");
+    let yaml = yaml.replace(
+        "max_tokens: 8192\n",
+        "max_tokens: 30\nlength_policy: truncate\n",
+    );
+    std::fs::write(&p, yaml).expect("write");
+    ok(build(&p, 1));
+    let out = tmp.path().join("out");
+    // The cut: after the first answer's `<|im_end|>\n` (24 tokens), the input's own prefix.
+    let want: BTreeMap<String, (Vec<u32>, Vec<u8>)> = [
+        (
+            "spec:0:0:0".to_owned(),
+            (input[0].1.clone(), input[0].2.clone()),
+        ),
+        (
+            "spec:0:5:0".to_owned(),
+            (ids[..24].to_vec(), mask[..24].to_vec()),
+        ),
+    ]
+    .into_iter()
+    .collect();
+    assert_eq!(rows(&out), want);
+    assert_eq!(ids[22..24], [248046, 198]);
+    // c1_gen1 cut there supervises nothing, c2_gen0 has no turn end within 30 tokens.
+    let s = &manifest(&out)["sources"]["spec"];
+    assert_eq!(s["truncated_rows"], 1);
+    assert_eq!(s["filtered"]["too_few_supervised"], 2);
+    assert_eq!(s["filtered"]["too_long"], 1);
+    assert_eq!(s["kept"], 2);
+}
