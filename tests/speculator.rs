@@ -430,4 +430,18 @@ fn truncate_cuts_a_row_at_the_end_of_an_assistant_turn_and_keeps_its_prefix() {
     assert_eq!(s["filtered"]["too_few_supervised"], 2);
     assert_eq!(s["filtered"]["too_long"], 1);
     assert_eq!(s["kept"], 2);
+
+    // Even when no supervised token is asked, a row cut down to none is left out (speculators
+    // drops such rows); c4_gen0 (2 supervised) is kept then.
+    let yaml = std::fs::read_to_string(&p).expect("read");
+    std::fs::write(
+        &p,
+        yaml.replace("min_supervised_tokens: 3", "min_supervised_tokens: 0"),
+    )
+    .expect("write");
+    ok(build(&p, 1));
+    let got: Vec<String> = rows(&out).into_keys().collect();
+    assert_eq!(got, ["spec:0:0:0", "spec:0:4:0", "spec:0:5:0"]);
+    let s = &manifest(&out)["sources"]["spec"];
+    assert_eq!(s["filtered"]["too_few_supervised"], 1);
 }
