@@ -10,7 +10,7 @@ MEMORY_ROWS ?= 0
 # so the median of five is the steady figure.
 REPEAT ?= 5
 
-.PHONY: test-speculators test-speculators-render test-speculators-vocab demo test test-rust test-oracle check-goldens goldens speculators-goldens lint bench bench-kit dataset clean test-slurm test-vllm
+.PHONY: test-speculators test-speculators-render test-speculators-vocab test-speculators-format demo test test-rust test-oracle check-goldens goldens speculators-goldens lint bench bench-kit dataset clean test-slurm test-vllm
 
 ## Build the demo dataset from fixtures shipped in the repo (offline, seconds), exactly as
 ## pipelines/demo.lock pins its inputs (`chatshards lock pipelines/demo.yaml` after editing them).
@@ -124,6 +124,13 @@ test-speculators: $(SPEC_VENV)/bin/python
 test-speculators-render: $(SPEC_VENV)/bin/python
 	$(CARGO) build --quiet
 	$(SPEC_VENV)/bin/python tests/oracle/check_speculators_render.py --bin $${CARGO_TARGET_DIR:-target}/debug/chatshards
+
+## `format: speculator`: rows written by speculators' own regeneration code, built by chatshards
+## and passed through speculators 0.9's own `prepare-data`, give the same rows (ids and masks).
+## Needs the speculators venv (torch: a large download), so not part of `make test`.
+test-speculators-format: $(SPEC_VENV)/bin/python
+	$(CARGO) build --quiet
+	$(SPEC_VENV)/bin/python tests/oracle/check_speculator_format.py --bin $${CARGO_TARGET_DIR:-target}/debug/chatshards
 
 ## `chatshards vocab` files read as the trainers read them: d2t-N.npy / t2d-N.npy with numpy and
 ## speculators' own mapping, vocab_mapping-N.pt with torch.load(weights_only=True) (SpecForge).

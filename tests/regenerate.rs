@@ -6,10 +6,9 @@
 
 mod common;
 
-use arrow_array::{Array, Int32Array, Int8Array, ListArray, StringArray};
-use common::{bin, stderr, ROOT};
+use common::{bin, rows, stderr, ROOT};
 use serde_json::{json, Value};
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::VecDeque;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
@@ -306,47 +305,6 @@ fn build(pipeline: &Path) -> std::process::Output {
 
 fn json_file(path: &Path) -> Value {
     serde_json::from_slice(&std::fs::read(path).expect("read")).expect("json")
-}
-
-/// Every row of the output's shards: sample id → (ids, mask).
-fn rows(out: &Path) -> BTreeMap<String, (Vec<u32>, Vec<u8>)> {
-    let mut rows = BTreeMap::new();
-    for entry in std::fs::read_dir(out).expect("out") {
-        let path = entry.expect("entry").path();
-        if path.extension().is_none_or(|e| e != "arrow") {
-            continue;
-        }
-        let file = std::fs::File::open(&path).expect("shard");
-        for batch in arrow_ipc::reader::StreamReader::try_new(file, None).expect("stream") {
-            let batch = batch.expect("batch");
-            let list = |name: &str| {
-                batch
-                    .column_by_name(name)
-                    .expect("column")
-                    .as_any()
-                    .downcast_ref::<ListArray>()
-                    .expect("list")
-                    .clone()
-            };
-            let (ids, mask) = (list("input_ids"), list("loss_mask"));
-            let names = batch.column_by_name("sample_id").expect("sample_id");
-            let names = names.as_any().downcast_ref::<StringArray>().expect("utf8");
-            for i in 0..batch.num_rows() {
-                let a = ids.value(i);
-                let a = a.as_any().downcast_ref::<Int32Array>().expect("int32");
-                let m = mask.value(i);
-                let m = m.as_any().downcast_ref::<Int8Array>().expect("int8");
-                rows.insert(
-                    names.value(i).to_owned(),
-                    (
-                        a.values().iter().map(|&v| v as u32).collect(),
-                        m.values().iter().map(|&v| v as u8).collect(),
-                    ),
-                );
-            }
-        }
-    }
-    rows
 }
 
 fn tally(manifest: &Value, source: &str) -> Value {

@@ -23,6 +23,7 @@ mod presets;
 mod pyliteral;
 mod qwen35;
 mod sharegpt;
+mod speculator;
 mod tools;
 mod xlam;
 
@@ -35,6 +36,7 @@ pub use openorca::OpenOrcaAdapter;
 pub use presets::{Preset, PresetAdapter};
 pub use qwen35::Qwen35FcAdapter;
 pub use sharegpt::{to_sharegpt_record, ShareGptAdapter};
+pub use speculator::{SpeculatorAdapter, TokenRow};
 pub use xlam::XlamAdapter;
 
 use crate::conversation::Conversation;
@@ -58,6 +60,9 @@ pub enum Adapter {
     Qwen35Fc(Qwen35FcAdapter),
     Hermes(HermesAdapter),
     Xlam(XlamAdapter),
+    /// Pre-tokenized rows: never a conversation (the engine reads them with
+    /// [`SpeculatorAdapter::read`]).
+    Speculator(SpeculatorAdapter),
 }
 
 impl Adapter {
@@ -76,6 +81,10 @@ impl Adapter {
             Adapter::Qwen35Fc(a) => a.adapt(object, repairs),
             Adapter::Hermes(a) => a.adapt(object, repairs),
             Adapter::Xlam(a) => a.adapt(object, repairs),
+            Adapter::Speculator(_) => Err(Reject::new(
+                crate::reject::RejectReason::InvalidField,
+                "format `speculator` rows are token ids, not a conversation",
+            )),
         }?;
         // The agentic adapter checks the tool turns of the source itself: the observations it
         // turns into tool responses answer calls written in text, or none.
@@ -149,6 +158,7 @@ impl Adapter {
             Adapter::Qwen35Fc(_) => "qwen35_fc",
             Adapter::Hermes(_) => "hermes",
             Adapter::Xlam(_) => "xlam",
+            Adapter::Speculator(_) => "speculator",
         }
     }
 }

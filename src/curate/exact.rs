@@ -103,6 +103,29 @@ pub fn fingerprint(c: &Conversation, key: DedupKey) -> Fingerprint {
     out
 }
 
+/// The fingerprint of a pre-tokenized row (`format: speculator`) under `key`: its ids and mask
+/// (`Conversation`), or the ids before its first supervised token (`Prompt`: the same prompt
+/// answered twice). Prefixed so that no conversation's JSON can hash alike.
+pub fn token_fingerprint(ids: &[u32], mask: &[u8], key: DedupKey) -> Fingerprint {
+    let mut hasher = Sha256::new();
+    hasher.update(b"chatshards token row\0");
+    let prompt = mask.iter().position(|&m| m == 1).unwrap_or(ids.len());
+    let ids = match key {
+        DedupKey::Conversation => ids,
+        DedupKey::Prompt => &ids[..prompt.min(ids.len())],
+    };
+    for id in ids {
+        hasher.update(id.to_le_bytes());
+    }
+    if key == DedupKey::Conversation {
+        hasher.update(mask);
+    }
+    let digest = hasher.finalize();
+    let mut out = [0u8; 16];
+    out.copy_from_slice(&digest[..16]);
+    out
+}
+
 /// `c` with each message's content and reasoning trimmed and in NFC (as the tokenizer
 /// computes it); `None` when nothing changes (the common case: no copy).
 fn as_seen(c: &Conversation) -> Option<Conversation> {

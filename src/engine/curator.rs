@@ -5,7 +5,7 @@
 use super::row_path::Tokenized;
 use crate::conversation::Conversation;
 use crate::curate::decontaminate::{load_items, DecontamIndex};
-use crate::curate::exact::{fingerprint, DedupKey};
+use crate::curate::exact::{fingerprint, token_fingerprint, DedupKey};
 use crate::curate::filters::{Dropped, Filters};
 use crate::curate::ledger::Scanned;
 use crate::curate::near_dup::MinHasher;
@@ -85,6 +85,18 @@ impl<'p> Curator<'p> {
                 .map(|hit| (hit.benchmark, hit.item)),
             weight,
         })
+    }
+
+    /// The scan of a pre-tokenized row (`format: speculator`): only its exact fingerprint.
+    /// Content filters, near-duplicate bands and the benchmark check read text, which it has
+    /// not (the plan refuses a source's own text filters; the pipeline's skip it).
+    pub fn scan_tokens(&self, ids: &[u32], mask: &[u8], weight: u32) -> Scanned {
+        Scanned {
+            fingerprint: self.dedup.map(|key| token_fingerprint(ids, mask, key)),
+            bands: None,
+            hit: None,
+            weight,
+        }
     }
 
     /// The token filters over a kept conversation's rows: the rows that pass, or the first

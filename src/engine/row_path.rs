@@ -477,6 +477,22 @@ impl RowProcessor {
         self.outcome_of(kept, first_filter)
     }
 
+    /// The length rules over pre-tokenized rows (`format: speculator`), as over rendered ones:
+    /// with `truncate`, a row is cut at the end of the last assistant turn (as the tokenizer's
+    /// chat markers find it in the ids) that fits. A row cut down to no supervised token is
+    /// filtered `too_few_supervised` whatever `min_supervised_tokens` says, as speculators
+    /// drops it.
+    pub fn pretokenized(&self, rows: Vec<Tokenized>) -> Outcome<Vec<Tokenized>> {
+        match self.length_rules(rows) {
+            Outcome::Kept(rows) => {
+                let rows: Vec<Tokenized> =
+                    rows.into_iter().filter(|r| r.supervised() > 0).collect();
+                self.outcome_of(rows, Some(FilterReason::TooFewSupervised))
+            }
+            other => other,
+        }
+    }
+
     /// Kept if any row is; else the first row's filter reason.
     fn outcome_of(
         &self,

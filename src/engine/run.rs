@@ -9,7 +9,7 @@
 //! rows and their positions, so the output is byte-identical at any thread count and whatever
 //! the batch boundaries.
 
-use crate::adapt::{to_sharegpt_record, Repairs};
+use crate::adapt::{to_sharegpt_record, Adapter, Repairs};
 use crate::conversation::Conversation;
 use crate::curate::filters::Dropped;
 use crate::curate::ledger::{
@@ -706,6 +706,14 @@ impl Context<'_> {
     /// Adapts, validates and curates one row (no rendering).
     fn scan_row(&self, index: usize, raw: RawRow) -> ScanRow {
         let weight = u32::try_from(raw.record.weight()).unwrap_or(u32::MAX);
+        if let Adapter::Speculator(a) = &self.plan.sources[index].adapter {
+            return match a.read(raw.record, self.processor.tokenizer.bytes.vocab_size()) {
+                Ok(row) => {
+                    ScanRow::Candidate(self.curator.scan_tokens(&row.ids, &row.mask, weight))
+                }
+                Err(skip) => skip_row(skip),
+            };
+        }
         let conversation = match self.prepare(index, raw) {
             Ok((conversation, _)) => conversation,
             Err(Skip::Rejected(reject)) => return ScanRow::Rejected(reject),
@@ -723,6 +731,27 @@ impl Context<'_> {
                 detail: dropped.detail,
             },
         }
+    }
+
+    /// [`prepare`](Self::prepare) for a work pass: a pre-tokenized source's row (`format:
+    /// speculator`) is read and checked into its one row instead, beside an empty
+    /// conversation, and goes the way of a regenerated one (rows not rendered here).
+    fn prepare_work(&self, index: usize, raw: RawRow) -> Result<PreparedRow, Skip> {
+        let Adapter::Speculator(a) = &self.plan.sources[index].adapter else {
+            let (conversation, repairs) = self.prepare(index, raw)?;
+            return Ok((conversation, repairs, Vec::new()));
+        };
+        let row = a.read(raw.record, self.processor.tokenizer.bytes.vocab_size())?;
+        let row = Tokenized {
+            segment: 0,
+            text: String::new(),
+            ids: row.ids,
+            mask: row.mask,
+            truncated: false,
+            boundary_merged: false,
+            origin: crate::tokenize::Origin::Reference,
+        };
+        Ok((Conversation::default(), Repairs::new(), vec![row]))
     }
 
     fn prepare(&self, index: usize, raw: RawRow) -> Result<(Conversation, Repairs), Skip> {
@@ -827,13 +856,13 @@ impl Context<'_> {
 
     /// The work pass's parallel part for a batch.
     fn work_batch(&self, index: usize, wanted: &[Wanted], batch: Vec<RawRow>) -> Vec<WorkRow> {
-        type Prepared = Result<(Conversation, Repairs), String>;
+        type Prepared = Result<PreparedRow, String>;
         let prepared: Vec<(u32, u64, Prepared)> = self.timings.time(PoolStage::Prepare, || {
             batch
                 .into_iter()
                 .map(|raw| {
                     let (file, row) = (raw.file as u32, raw.row);
-                    let prepared = self.prepare(index, raw).map_err(|skip| match skip {
+                    let prepared = self.prepare_work(index, raw).map_err(|skip| match skip {
                         Skip::Rejected(r) => format!("was rejected ({})", r.reason.code()),
                         Skip::Filtered(f) => format!("was filtered ({})", f.code()),
                     });
@@ -845,10 +874,10 @@ impl Context<'_> {
         let mut conversations = Vec::with_capacity(prepared.len());
         for (file, row, prepared) in prepared {
             match prepared {
-                Ok((conversation, repairs)) => {
+                Ok((conversation, repairs, tokens)) => {
                     let id = self.sample_id(index, file, row);
                     let checks = self.processor.spot_checks(&id);
-                    conversations.push((conversation, repairs, checks));
+                    conversations.push((conversation, repairs, checks, tokens));
                     rows.push((file, row, Ok(conversations.len() - 1)));
                 }
                 Err(detail) => rows.push((file, row, Err(detail))),
@@ -876,10 +905,17 @@ impl Context<'_> {
                 outcomes.push(d.outcome);
             }
             (outcomes, vec![SpotChecks::default(); conversations.len()])
+        } else if matches!(self.plan.sources[index].adapter, Adapter::Speculator(_)) {
+            // Pre-tokenized rows: nothing to render, encode or spot-check; the length rules.
+            let outcomes = conversations
+                .iter_mut()
+                .map(|(.., tokens)| self.processor.pretokenized(std::mem::take(tokens)))
+                .collect();
+            (outcomes, vec![SpotChecks::default(); conversations.len()])
         } else {
             let mut batch: Vec<(&Conversation, SpotChecks)> = conversations
                 .iter()
-                .map(|(c, _, checks)| (c, *checks))
+                .map(|(c, _, checks, _)| (c, *checks))
                 .collect();
             let outcomes = self.processor.process_batch(&mut batch, self.timings);
             (
@@ -894,7 +930,7 @@ impl Context<'_> {
             .zip(conversations)
             .zip(tallies)
             .map(
-                |(((outcome, checked), (conversation, repairs, _)), regen)| {
+                |(((outcome, checked), (conversation, repairs, ..)), regen)| {
                     let (outcome, token_filtered) = match outcome {
                         Outcome::Kept(rows) => match self.curator.token_filters(index, rows) {
                             Ok(rows) => (Outcome::Kept(rows), None),
@@ -1009,9 +1045,14 @@ impl Context<'_> {
                     j => format!("#{j}"),
                 };
                 self.timings.time(PoolStage::Serialize, || {
-                    let line =
-                        to_sharegpt_record(conversation, &format!("{id}{suffix}"), &source.name)
-                            .json_line();
+                    // A pre-tokenized row has no conversation to write.
+                    let line = match source.adapter {
+                        Adapter::Speculator(_) => String::new(),
+                        _ => {
+                            to_sharegpt_record(conversation, &format!("{id}{suffix}"), &source.name)
+                                .json_line()
+                        }
+                    };
                     let rows = rows
                         .iter()
                         .map(|r| {
@@ -1342,6 +1383,21 @@ fn copies_of(wanted: &[Wanted], file: u32, row: u64) -> Vec<u32> {
         .take_while(|w| (w.file, w.row) == (file, row))
         .map(|w| w.copy)
         .collect()
+}
+
+/// A work pass's row before tokenizing: its conversation and repairs, and the rows it comes
+/// with already (a pre-tokenized source's; none for a conversation to render).
+type PreparedRow = (Conversation, Repairs, Vec<Tokenized>);
+
+/// The scan's record of a row that was not prepared.
+fn skip_row(skip: Skip) -> ScanRow {
+    match skip {
+        Skip::Rejected(reject) => ScanRow::Rejected(reject),
+        Skip::Filtered(reason) => ScanRow::Filtered {
+            filter: reason.code().to_owned(),
+            detail: String::new(),
+        },
+    }
 }
 
 /// Records a work outcome, then hands it to the ledger.

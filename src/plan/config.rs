@@ -151,7 +151,8 @@ pub struct SourceConfig {
     /// The row format: a generic one (`openai`, `sharegpt`, `alpaca`, which take `columns`
     /// and `tags`) or a source-specific one that reads its source's exact columns
     /// (`openorca`, `codealpaca`, `evol_codealpaca`, `magicoder_oss`, `magicoder_evol`,
-    /// `agentic`, `glaive`, `qwen35_fc`, `hermes`, `xlam`).
+    /// `agentic`, `glaive`, `qwen35_fc`, `hermes`, `xlam`), or `speculator` (pre-tokenized
+    /// rows, which take `columns: {input_ids, loss_mask, id}`).
     pub format: FormatName,
     /// Column names, where they differ from the format's defaults.
     #[serde(default)]
@@ -216,6 +217,9 @@ pub enum FormatName {
     Hermes,
     /// Salesforce/xlam-function-calling-60k: `query`, `answers`, `tools`.
     Xlam,
+    /// Pre-tokenized rows: `input_ids`, `loss_mask`, optional `primary_id` / `id`, as
+    /// speculators' regeneration writes them (docs/trainers.md).
+    Speculator,
 }
 
 /// Column mapping. Which keys apply depends on the format.
@@ -228,6 +232,10 @@ pub struct ColumnsConfig {
     pub instruction: Option<String>,
     pub input: Option<String>,
     pub output: Option<String>,
+    /// `speculator` only: the token ids, the loss mask and the row's id.
+    pub input_ids: Option<String>,
+    pub loss_mask: Option<String>,
+    pub id: Option<String>,
 }
 
 /// ShareGPT tag mapping (LLaMA-Factory names).

@@ -14,7 +14,8 @@ pub use inputs::{
 
 use crate::adapt::{
     Adapter, AgenticAdapter, AlpacaAdapter, GlaiveAdapter, HermesAdapter, OpenAiAdapter,
-    OpenOrcaAdapter, Preset, PresetAdapter, Qwen35FcAdapter, ShareGptAdapter, XlamAdapter,
+    OpenOrcaAdapter, Preset, PresetAdapter, Qwen35FcAdapter, ShareGptAdapter, SpeculatorAdapter,
+    XlamAdapter,
 };
 use config::{
     ColumnsConfig, FormatName, LengthPolicy, PipelineConfig, RenderPolicy, SourceConfig,
@@ -329,6 +330,13 @@ pub fn compile(path: &Path, access: HubAccess) -> Result<Plan, PlanError> {
                 source.name
             ));
         }
+        if source.format == FormatName::Speculator {
+            errors.extend(
+                pretokenized_conflicts(source, regenerate.is_some(), config.near_dup.as_ref())
+                    .into_iter()
+                    .map(|e| format!("sources[{i}] (`{}`): {e}", source.name)),
+            );
+        }
         match compile_source(&inputs.sources[i], source, global_filters, min_keep) {
             Ok(s) => sources.push(SourcePlan { regenerate, ..s }),
             Err(e) => errors.extend(
@@ -573,6 +581,43 @@ fn source_key_line(text: &str, item: usize, key: &str) -> Option<usize> {
 
 /// Reads an input file, or says what the path is instead (a directory, a FIFO, which would
 /// block, missing...).
+/// The settings of a `speculator` source that would need text it does not have. The
+/// pipeline-wide ones (global text filters, `near_dup` over all sources, `decontaminate`, the
+/// render policy and mask) skip its rows instead: they are about the conversation sources.
+fn pretokenized_conflicts(
+    source: &SourceConfig,
+    regenerated: bool,
+    near_dup: Option<&crate::curate::near_dup::NearDupConfig>,
+) -> Vec<String> {
+    let mut errors = Vec::new();
+    for f in &source.filters {
+        if !matches!(
+            f,
+            crate::curate::filters::FilterConfig::Tokens(_)
+                | crate::curate::filters::FilterConfig::SupervisedTokens(_)
+        ) {
+            errors.push(format!(
+                "filter `{}` reads text, and format `speculator` rows are token ids (only `tokens` and `supervised_tokens` filters apply)",
+                f.name()
+            ));
+        }
+    }
+    if regenerated {
+        errors.push(
+            "`regenerate` does not apply to format `speculator` (its rows are token ids, not conversations); set `regenerate: false` on this source".to_owned(),
+        );
+    }
+    if near_dup
+        .and_then(|n| n.sources.as_ref())
+        .is_some_and(|names| names.contains(&source.name))
+    {
+        errors.push(
+            "`near_dup.sources` names it, but near-duplicate removal reads text and format `speculator` rows are token ids (exact `dedup` applies)".to_owned(),
+        );
+    }
+    errors
+}
+
 fn read_input(what: &str, path: &Path) -> Result<Vec<u8>, String> {
     paths::require_file(path).map_err(|why| format!("{what} {why}"))?;
     std::fs::read(path).map_err(|e| format!("{what} `{}`: {e}", path.display()))
@@ -751,14 +796,37 @@ pub fn adapter(
         FormatName::Qwen35Fc => Adapter::Qwen35Fc(Qwen35FcAdapter),
         FormatName::Hermes => Adapter::Hermes(HermesAdapter),
         FormatName::Xlam => Adapter::Xlam(XlamAdapter),
+        FormatName::Speculator => {
+            let mut a = SpeculatorAdapter::default();
+            pick(&columns.input_ids, &mut a.input_ids);
+            pick(&columns.loss_mask, &mut a.loss_mask);
+            a.id.clone_from(&columns.id);
+            for (name, set) in [
+                ("columns.messages", &columns.messages),
+                ("columns.tools", &columns.tools),
+                ("columns.system", &columns.system),
+                ("columns.instruction", &columns.instruction),
+                ("columns.input", &columns.input),
+                ("columns.output", &columns.output),
+            ] {
+                unused(name, set.is_some());
+            }
+            unused_tags(tags, &mut unused);
+            Adapter::Speculator(a)
+        }
     };
+    if format != FormatName::Speculator {
+        unused("columns.input_ids", columns.input_ids.is_some());
+        unused("columns.loss_mask", columns.loss_mask.is_some());
+        unused("columns.id", columns.id.is_some());
+    }
     unused(
         "resolved_only",
         format != FormatName::Agentic && options.resolved_only.is_some(),
     );
     let generic = matches!(
         format,
-        FormatName::Openai | FormatName::Sharegpt | FormatName::Alpaca
+        FormatName::Openai | FormatName::Sharegpt | FormatName::Alpaca | FormatName::Speculator
     );
     if !generic {
         let c = columns;

@@ -128,6 +128,11 @@ impl TokenBytes {
         }
     }
 
+    /// Ids in the table: one past the largest id of the vocabulary or its added tokens.
+    pub fn vocab_size(&self) -> usize {
+        self.lens.len()
+    }
+
     /// The bytes of `id` (empty for an id outside the vocabulary).
     #[inline]
     pub fn get(&self, id: u32) -> &[u8] {

@@ -2,6 +2,7 @@
 // Each test binary compiles this module and uses some of it.
 #![allow(dead_code)]
 
+use arrow_array::{Array, Int32Array, Int8Array, ListArray, StringArray};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -64,4 +65,45 @@ pub fn snapshot(dir: &Path) -> BTreeMap<String, Vec<u8>> {
             )
         })
         .collect()
+}
+
+/// Every row of the output's shards: sample id → (ids, mask).
+pub fn rows(out: &Path) -> BTreeMap<String, (Vec<u32>, Vec<u8>)> {
+    let mut rows = BTreeMap::new();
+    for entry in std::fs::read_dir(out).expect("out") {
+        let path = entry.expect("entry").path();
+        if path.extension().is_none_or(|e| e != "arrow") {
+            continue;
+        }
+        let file = std::fs::File::open(&path).expect("shard");
+        for batch in arrow_ipc::reader::StreamReader::try_new(file, None).expect("stream") {
+            let batch = batch.expect("batch");
+            let list = |name: &str| {
+                batch
+                    .column_by_name(name)
+                    .expect("column")
+                    .as_any()
+                    .downcast_ref::<ListArray>()
+                    .expect("list")
+                    .clone()
+            };
+            let (ids, mask) = (list("input_ids"), list("loss_mask"));
+            let names = batch.column_by_name("sample_id").expect("sample_id");
+            let names = names.as_any().downcast_ref::<StringArray>().expect("utf8");
+            for i in 0..batch.num_rows() {
+                let a = ids.value(i);
+                let a = a.as_any().downcast_ref::<Int32Array>().expect("int32");
+                let m = mask.value(i);
+                let m = m.as_any().downcast_ref::<Int8Array>().expect("int8");
+                rows.insert(
+                    names.value(i).to_owned(),
+                    (
+                        a.values().iter().map(|&v| v as u32).collect(),
+                        m.values().iter().map(|&v| v as u8).collect(),
+                    ),
+                );
+            }
+        }
+    }
+    rows
 }
