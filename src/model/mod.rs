@@ -5,6 +5,7 @@
 pub mod digest;
 pub mod nofollow;
 pub mod settings;
+pub mod split;
 pub mod stats;
 
 pub use settings::LengthPolicy;
