@@ -33,13 +33,16 @@ $(PY): tests/oracle/requirements.txt
 	touch $(PY)
 
 ## The demo output opened with datasets.load_from_disk, pyarrow and polars, every row checked;
-## its build_id, dataset_sha256 and file hashes recomputed in Python.
+## its build_id, dataset_sha256 and file hashes recomputed in Python; a grouped validation split
+## (tests/oracle/validation.yaml) loaded with datasets and searched for straddling conversations.
 ## (Built with the test profile's binary, so `make test` compiles the crate graph once.)
 test-oracle: $(PY)
 	$(CARGO) run --quiet -- build pipelines/demo.yaml
 	$(PY) tests/oracle/check_dataset.py out/demo
 	$(PY) tests/oracle/check_identity.py out/demo
 	$(PY) tests/oracle/check_k8s.py
+	$(CARGO) run --quiet -- build tests/oracle/validation.yaml
+	$(PY) tests/oracle/check_validation.py out/validation
 
 ## A partitioned build on a one-node Slurm cluster started for the test (as root; installs
 ## slurm-wlm and munge if missing): N parts as a job array + an afterok merge == a local build.

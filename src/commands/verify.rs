@@ -6,7 +6,9 @@
 //! every other file's size and SHA-256; every shard's size, SHA-256, row count and Arrow schema
 //! (against chatshards' schema and `dataset_info.json`'s features); `state.json`'s shard list
 //! and fingerprint; the manifest's own sums (`dataset_sha256`, rows, the accounting identity of
-//! every source); its `build_id` recomputed from the inputs it records and the pipeline copy;
+//! every source); with `output.validation`, the split recomputed from the rows (the same
+//! conversations chosen, the training rows first and the validation rows last, the counts and
+//! `train_data_ratio`); its `build_id` recomputed from the inputs it records and the pipeline copy;
 //! and its seal (`manifest_sha256`, see [`crate::write::manifest`]), which catches any other
 //! edited field (a setting, a count, a name). The seal is computed first, and reported last so
 //! that an edit the checks before it explain is named by them.
@@ -17,6 +19,7 @@
 use super::dataset_dir::{read_shard, OutputDir};
 use crate::engine::session::BuildArgs;
 use crate::hub::{hash_file, Lockfile};
+use crate::model::split;
 use crate::printer::Printer;
 use crate::write::identity::{self, Identity, IdentityInput, InputKind};
 use anyhow::{bail, Context, Result};
@@ -165,9 +168,29 @@ pub fn check(out: &OutputDir) -> Result<()> {
         );
     };
     let expected = crate::write::schema(dtype);
+    let validation = m.json.get("validation").filter(|v| !v.is_null());
+    // With a split: each row's split key and source, in order (16 bytes a row).
+    let mut split_rows: Vec<(u64, String)> = Vec::new();
+    let split_seed = validation.map(|v| v["seed"].as_u64().unwrap_or_default());
     for s in &m.shards {
         let path = member(dir, &s.file, "the shard")?;
-        let read = read_shard(&path, true, |_| Ok(()))?;
+        let read = read_shard(&path, true, |batch| {
+            let Some(seed) = split_seed else {
+                return Ok(());
+            };
+            let ids = super::dataset_dir::RowColumns::of(batch, &path)?.sample_id;
+            let Some(sources) = batch
+                .column_by_name("source")
+                .and_then(|c| c.as_any().downcast_ref::<arrow_array::StringArray>())
+            else {
+                bail!("`{}` has no `source` column of strings", path.display());
+            };
+            for (id, source) in ids.iter().zip(sources.iter()) {
+                let key = split::conversation_key(seed, split::conversation_of(id.unwrap_or("")));
+                split_rows.push((key, source.unwrap_or("").to_owned()));
+            }
+            Ok(())
+        })?;
         let sha256 = read.sha256.unwrap_or_default();
         if read.bytes != s.bytes {
             bail!(
@@ -256,6 +279,10 @@ pub fn check(out: &OutputDir) -> Result<()> {
     }
     check_accounting(&m.json, m.rows)
         .map_err(|e| anyhow::anyhow!("`{}`: {e}", shown("manifest.json")))?;
+    if let Some(validation) = validation {
+        check_split(validation, &split_rows)
+            .map_err(|e| anyhow::anyhow!("`{}`: validation: {e}", shown("manifest.json")))?;
+    }
 
     let build_id = recorded_build_id(out)?;
     if build_id != m.build_id {
@@ -287,6 +314,71 @@ fn seal_status(manifest: &Value) -> Result<(), String> {
 
 /// `read = kept + Σ rejected + Σ filtered + deduplicated` for every source (the identity of
 /// `SourceStats::balanced`), and the sources' output rows add up to the dataset's.
+/// The manifest's `validation` against the split recomputed from the rows (`(split key,
+/// source)` in order): the same conversations chosen, all of them in the tail, the same counts.
+fn check_split(validation: &Value, rows: &[(u64, String)]) -> Result<(), String> {
+    let config: split::ValidationConfig = serde_json::from_value(serde_json::json!({
+        "fraction": validation["fraction"],
+        "rows": validation["rows"],
+    }))
+    .map_err(|e| format!("unreadable settings ({e})"))?;
+    let target = config.target()?;
+    let seed = validation["seed"].as_u64().ok_or("no `seed`")?;
+    let Some(recorded) = validation["sources"].as_object() else {
+        return Err("no `sources`".to_owned());
+    };
+    let names: Vec<&String> = recorded.keys().collect();
+    let mut conversations = vec![std::collections::HashMap::new(); names.len()];
+    for (key, source) in rows {
+        let Some(s) = names.iter().position(|n| *n == source) else {
+            return Err(format!(
+                "a row of source `{source}`, which it does not list"
+            ));
+        };
+        *conversations[s].entry(*key).or_insert(0u64) += 1;
+    }
+    let split = split::choose(target, seed, &conversations)?;
+    for (name, counts) in names.iter().zip(&split.by_source) {
+        let counts = serde_json::to_value(counts).map_err(|e| e.to_string())?;
+        if recorded[name.as_str()] != counts {
+            return Err(format!(
+                "source `{name}` records {}, but its rows give {counts}",
+                recorded[name.as_str()]
+            ));
+        }
+    }
+    let total = split.total();
+    for (field, value) in [
+        ("train_rows", total.train_rows),
+        ("validation_rows", total.validation_rows),
+        ("train_conversations", total.train_conversations),
+        ("validation_conversations", total.validation_conversations),
+    ] {
+        if validation[field].as_u64() != Some(value) {
+            return Err(format!(
+                "{field} is {}, but the rows give {value}",
+                validation[field]
+            ));
+        }
+    }
+    let train = total.train_rows;
+    if let Some(i) = (0..rows.len()).find(|&i| split.is_chosen(rows[i].0) != (i as u64 >= train)) {
+        return Err(format!(
+            "row {i} belongs to a {} conversation but lies in the {} rows (the first {train} rows are the training rows)",
+            if split.is_chosen(rows[i].0) { "validation" } else { "training" },
+            if i as u64 >= train { "validation" } else { "training" },
+        ));
+    }
+    let ratio = validation["train_data_ratio"].as_f64().unwrap_or(0.0);
+    if (rows.len() as f64 * ratio).floor() as u64 != train {
+        return Err(format!(
+            "train_data_ratio {ratio} does not split {} rows after the {train} training rows",
+            rows.len()
+        ));
+    }
+    Ok(())
+}
+
 fn check_accounting(manifest: &Value, rows: u64) -> Result<(), String> {
     let Some(sources) = manifest["sources"].as_object() else {
         return Err("no `sources`".to_owned());

@@ -329,6 +329,7 @@ fn build(
             rows_per_shard: plan.rows_per_shard,
             mask_dtype: plan.mask.dtype,
             excluded: &settled.excluded,
+            validation: plan.validation,
             written: Some(&|rows: u64| progress.shard_rows(rows)),
         };
         progress.shards_started(total_rows);
@@ -347,10 +348,11 @@ fn build(
             (Ok(side), Ok(reread)) => (side, reread),
             (Err(panic), _) | (_, Err(panic)) => std::panic::resume_unwind(panic),
         };
-        let shards = shards?;
+        let (shards, split) = shards?;
         reread?;
-        Ok::<_, anyhow::Error>((shards, side?))
+        Ok::<_, anyhow::Error>(((shards, split), side?))
     })?;
+    let (shards, split) = shards;
     progress.finish();
     crate::report::files::write_stats_files(&staging, &row_stats)?;
 
@@ -393,6 +395,9 @@ fn build(
         );
         printer.info(summary);
     }
+    if let (Some(split), Some((target, _))) = (&split, plan.validation) {
+        manifest.validation = Some(validation_record(plan, target, split));
+    }
     let manifest_json = write::pretty(&write::manifest::sealed(serde_json::to_value(&manifest)?));
     write_file(&staging.join("manifest.json"), &manifest_json)?;
     crate::report::files::write_report(&staging)?;
@@ -414,6 +419,16 @@ fn build(
         "build_id {}, dataset_sha256 {}",
         manifest.build_id, manifest.dataset_sha256
     ));
+    if let Some(v) = &manifest.validation {
+        printer.info(&format!(
+            "validation: the last {} rows ({} conversations) after {} training rows ({} conversations); speculators: --train-data-ratio {}",
+            v.total.validation_rows,
+            v.total.validation_conversations,
+            v.total.train_rows,
+            v.total.train_conversations,
+            v.train_data_ratio
+        ));
+    }
     if args.timings {
         printer.requested(&match timings.report(started) {
             Some(report) => report.to_string(),
@@ -730,6 +745,38 @@ fn inputs_unchanged(
     Ok(())
 }
 
+/// The manifest's record of the train/validation split.
+fn validation_record(
+    plan: &Plan,
+    target: crate::model::split::Target,
+    split: &crate::model::split::Split,
+) -> write::manifest::Validation {
+    use crate::model::split::{train_data_ratio, Target};
+    let total = split.total();
+    write::manifest::Validation {
+        fraction: match target {
+            Target::Fraction(f) => Some(f),
+            Target::Rows(_) => None,
+        },
+        rows: match target {
+            Target::Rows(n) => Some(n),
+            Target::Fraction(_) => None,
+        },
+        seed: split.seed,
+        train_data_ratio: train_data_ratio(
+            total.train_rows,
+            total.train_rows + total.validation_rows,
+        ),
+        total,
+        sources: plan
+            .sources
+            .iter()
+            .map(|s| s.name.clone())
+            .zip(split.by_source.iter().copied())
+            .collect(),
+    }
+}
+
 /// What a build wrote, for its manifest.
 struct Outputs {
     sources: Vec<(String, SourceStats)>,
@@ -935,6 +982,7 @@ fn manifest(
             sources: mix.into_iter().map(|l| (l.source.clone(), l)).collect(),
         }),
         regenerate: None,
+        validation: None,
         shards,
         files: output_files,
     })

@@ -6,6 +6,7 @@ pub mod digest;
 pub mod json_exact;
 pub mod nofollow;
 pub mod settings;
+pub mod split;
 pub mod stats;
 
 pub use settings::LengthPolicy;

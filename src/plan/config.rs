@@ -304,6 +304,9 @@ pub struct OutputConfig {
     /// Shuffle rows with `seed` (training takes the first 90% as train).
     #[serde(default = "default_true")]
     pub shuffle: bool,
+    /// A grouped, seeded train/validation split (`fraction` or `rows`, `seed`).
+    #[serde(default)]
+    pub validation: Option<crate::model::split::ValidationConfig>,
 }
 
 /// A count that must be at least 1, checked inside the parse (a visitor) so that the error

@@ -57,6 +57,8 @@ pub struct Plan {
     pub output_dir: PathBuf,
     pub rows_per_shard: usize,
     pub shuffle: bool,
+    /// `output.validation`: its target and seed (the pipeline's unless given).
+    pub validation: Option<(crate::model::split::Target, u64)>,
     /// Every Hub file the plan reads, pinned to its commit (for the manifest).
     pub hub_files: Vec<crate::hub::ResolvedFile>,
     /// Things the user should know (e.g. a stale lockfile that was not used).
@@ -371,6 +373,12 @@ pub fn compile(path: &Path, access: HubAccess) -> Result<Plan, PlanError> {
         }
         errors.extend(takes_against_mix(mix, &config.sources));
     }
+    let validation = config.output.validation.as_ref().and_then(|v| {
+        v.target()
+            .map_err(|e| errors.push(e))
+            .ok()
+            .map(|t| (t, v.seed.unwrap_or(config.seed)))
+    });
     let (mask, policy) = config
         .mask
         .resolve(config.render.policy)
@@ -420,6 +428,7 @@ pub fn compile(path: &Path, access: HubAccess) -> Result<Plan, PlanError> {
             output_dir: base.join(&config.output.dir),
             rows_per_shard: config.output.rows_per_shard,
             shuffle: config.output.shuffle,
+            validation,
             hub_files: inputs.hub_files,
             notes: inputs.notes,
             lock: inputs.lock,

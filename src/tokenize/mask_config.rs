@@ -39,7 +39,9 @@ pub enum Preset {
     Speculators07,
     /// vllm-project/speculators 0.9 (`prepare-data --render-endpoint`): one row per assistant
     /// turn rendered after the prefix inference sees, `<|im_end|>\n` supervised, the template's
-    /// think prefill not.
+    /// think prefill not, and a token supervised when it overlaps the reply at all (its
+    /// boundary is the common prefix of the prompt and full renders, so a token that merges
+    /// the prefill's last `\n` with the reply's first is the reply's).
     #[serde(rename = "speculators-0.9")]
     Speculators09,
 }
@@ -67,7 +69,7 @@ impl Preset {
                 MaskSettings {
                     end_of_turn: true,
                     think_prefill: false,
-                    boundary: Boundary::FirstChar,
+                    boundary: Boundary::AnyOverlap,
                     dtype: MaskDtype::Int8,
                 },
                 RenderPolicy::Turns,
@@ -232,6 +234,10 @@ mod tests {
             .resolve(Some(RenderPolicy::Turns))
             .expect("agreeing fields are fine");
         assert!(!s.think_prefill && s.end_of_turn);
+        assert_eq!(
+            (s.boundary, s.dtype),
+            (Boundary::AnyOverlap, MaskDtype::Int8)
+        );
         assert_eq!(p, RenderPolicy::Turns);
         let err = parse("{preset: speculators-0.7, dtype: int8}")
             .resolve(Some(RenderPolicy::Expand))

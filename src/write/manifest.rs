@@ -38,6 +38,9 @@ pub struct Manifest {
     /// server fingerprints and the request accounting; absent without it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub regenerate: Option<IndexMap<String, crate::regenerate::Report>>,
+    /// `output.validation`: the split and its counts; absent without it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub validation: Option<Validation>,
     pub shards: Vec<ShardSummary>,
     /// Every other file of the output directory except this manifest, with its hash.
     pub files: Vec<FileSummary>,
@@ -104,6 +107,23 @@ pub struct Mix {
     pub target: crate::curate::select::MixConfig,
     /// By source, in plan order.
     pub sources: IndexMap<String, crate::curate::ledger::MixLine>,
+}
+
+/// The grouped train/validation split: the shards hold `train_rows` training rows, then the
+/// `validation_rows` rows of the validation conversations.
+#[derive(Debug, Serialize)]
+pub struct Validation {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fraction: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rows: Option<u64>,
+    pub seed: u64,
+    /// speculators' `--train-data-ratio`: `int(rows * ratio)` is exactly `train_rows`.
+    pub train_data_ratio: f64,
+    #[serde(flatten)]
+    pub total: crate::model::split::SideCounts,
+    /// By source, in plan order.
+    pub sources: IndexMap<String, crate::model::split::SideCounts>,
 }
 
 #[derive(Debug, Serialize)]

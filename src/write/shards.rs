@@ -9,9 +9,11 @@ use super::{
     shard_name, BatchBuilder, Bucket, ShardEncoder, ShardSummary, ShardWriter, Spill,
     SpilledBucket, WriteError, SHARD_BATCH_ROWS,
 };
+use crate::model::split::{self, Split, Target};
 use crate::report::stats::DatasetStats;
-use anyhow::{bail, Result};
+use anyhow::{anyhow, bail, Result};
 use rayon::prelude::*;
+use std::collections::HashMap;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
@@ -40,6 +42,9 @@ pub struct ShardLayout<'a> {
     pub mask_dtype: crate::tokenize::mask_config::MaskDtype,
     /// `source:file:row` of spilled conversations that were not selected (left out).
     pub excluded: &'a std::collections::HashSet<String>,
+    /// `output.validation`'s target and seed: the validation conversations' rows are written
+    /// after all the training rows (each side in key order).
+    pub validation: Option<(Target, u64)>,
     /// Told the rows of each batch written (the build's progress).
     pub written: Option<&'a (dyn Fn(u64) + Sync)>,
 }
@@ -53,7 +58,8 @@ struct BatchPlan {
     ends_shard: bool,
 }
 
-/// Appends the spilled rows to the shards in key order, on `pool` (see the module doc).
+/// Appends the spilled rows to the shards in key order, on `pool` (see the module doc); with
+/// `validation`, the training rows first and then the validation rows, and the split.
 pub fn write_shards(
     dir: &Path,
     spill: Spill,
@@ -61,7 +67,7 @@ pub fn write_shards(
     sources: Arc<Vec<String>>,
     stats: &mut DatasetStats,
     pool: &rayon::ThreadPool,
-) -> Result<Vec<ShardSummary>> {
+) -> Result<(Vec<ShardSummary>, Option<Split>)> {
     let threads = pool.current_num_threads().max(1) as u64;
     let window_bytes = (WINDOW_BYTES_PER_THREAD * threads).min(MAX_WINDOW_BYTES);
     write_windowed(dir, spill, layout, sources, stats, pool, window_bytes)
@@ -76,16 +82,41 @@ fn write_windowed(
     stats: &mut DatasetStats,
     pool: &rayon::ThreadPool,
     window_bytes: u64,
-) -> Result<Vec<ShardSummary>> {
+) -> Result<(Vec<ShardSummary>, Option<Split>)> {
     let ShardLayout {
         total_rows,
         rows_per_shard,
         mask_dtype,
         excluded,
+        validation,
         written,
     } = *layout;
     let count = total_rows.div_ceil(rows_per_shard as u64) as usize;
     let buckets = spill.finish()?;
+    // Rows tokenized but not selected (CURATION.md): `source:file:row` of the
+    // `source:file:row:segment` id.
+    let kept = |id: &str| excluded.is_empty() || !excluded.contains(split::conversation_of(id));
+    let split = match validation {
+        None => None,
+        Some((target, seed)) => {
+            let conversations = conversation_rows(&buckets, &kept, seed, sources.len(), pool)?;
+            Some(split::choose(target, seed, &conversations).map_err(|e| anyhow!(e))?)
+        }
+    };
+    // One pass over the buckets per side (whether its rows are validation rows), the shards
+    // running on from one to the next.
+    let passes: &[Option<bool>] = match &split {
+        None => &[None],
+        Some(_) => &[Some(false), Some(true)],
+    };
+    let chosen = &split;
+    let keep = move |side: Option<bool>, id: &str| {
+        kept(id)
+            && match (side, chosen) {
+                (Some(validation), Some(split)) => split.is_validation(id) == validation,
+                _ => true,
+            }
+    };
     let threads = pool.current_num_threads().max(1);
     // Each pool thread counts into its own statistics (merged at the end: sums, minima and
     // maxima, so the order does not matter).
@@ -112,21 +143,17 @@ fn write_windowed(
             let mut batch_in_shard = 0usize;
             // Rows of a batch not full at the end of a window: it goes on in the next.
             let mut pending: Vec<(Arc<Bucket>, usize)> = Vec::new();
-            for window in windows(&buckets, window_bytes) {
+            let windows = windows(&buckets, window_bytes);
+            for (&side, window) in passes
+                .iter()
+                .flat_map(|side| windows.iter().map(move |w| (side, w)))
+            {
                 let loaded: Vec<Result<Bucket, WriteError>> = pool.install(|| {
                     window
                         .par_iter()
                         .map(|spilled| {
                             let mut bucket = Bucket::read(spilled, Vec::new())?;
-                            // Rows tokenized but not selected (CURATION.md): `source:file:row`
-                            // of the `source:file:row:segment` id.
-                            if !excluded.is_empty() {
-                                bucket.retain(|id| {
-                                    !id.rsplit_once(':').is_some_and(|(conversation, _)| {
-                                        excluded.contains(conversation)
-                                    })
-                                });
-                            }
+                            bucket.retain(|id| keep(side, id));
                             Ok(bucket)
                         })
                         .collect()
@@ -227,7 +254,47 @@ fn write_windowed(
             .unwrap_or_else(|poisoned| poisoned.into_inner());
         stats.merge(&local);
     }
-    Ok(shards)
+    Ok((shards, split))
+}
+
+/// The kept conversations of each source, by their split key, with their numbers of rows
+/// (one read of the spill).
+fn conversation_rows(
+    buckets: &[SpilledBucket],
+    kept: &(dyn Fn(&str) -> bool + Sync),
+    seed: u64,
+    sources: usize,
+    pool: &rayon::ThreadPool,
+) -> Result<Vec<HashMap<u64, u64>>, WriteError> {
+    let counted: Vec<Result<Vec<HashMap<u64, u64>>, WriteError>> = pool.install(|| {
+        buckets
+            .par_iter()
+            .map(|spilled| {
+                let bucket = Bucket::read(spilled, Vec::new())?;
+                let mut counts = vec![HashMap::new(); sources];
+                for i in 0..bucket.len() {
+                    let row = bucket.row(i);
+                    if !kept(row.sample_id) {
+                        continue;
+                    }
+                    let key = split::conversation_key(seed, split::conversation_of(row.sample_id));
+                    if let Some(source) = counts.get_mut(usize::from(row.source)) {
+                        *source.entry(key).or_insert(0) += 1;
+                    }
+                }
+                Ok(counts)
+            })
+            .collect()
+    });
+    let mut all = vec![HashMap::new(); sources];
+    for counts in counted {
+        for (into, from) in all.iter_mut().zip(counts?) {
+            for (key, n) in from {
+                *into.entry(key).or_insert(0) += n;
+            }
+        }
+    }
+    Ok(all)
 }
 
 /// Consecutive runs of buckets of about `bytes` in all (at least one bucket each).
@@ -323,6 +390,7 @@ mod tests {
                 rows_per_shard: 700,
                 mask_dtype: Default::default(),
                 excluded: &excluded,
+                validation: None,
                 written: None,
             };
             let pool = rayon::ThreadPoolBuilder::new()
@@ -340,7 +408,8 @@ mod tests {
                 &pool,
                 window_bytes,
             )
-            .expect("write");
+            .expect("write")
+            .0;
             let freq = (
                 stats.token_freq_all().to_vec(),
                 stats.token_freq_supervised().to_vec(),
@@ -394,6 +463,7 @@ mod tests {
                 rows_per_shard: per_shard,
                 mask_dtype: Default::default(),
                 excluded: &excluded,
+                validation: None,
                 written: None,
             };
             let pool = rayon::ThreadPoolBuilder::new()
@@ -408,7 +478,8 @@ mod tests {
                 &mut stats,
                 &pool,
             )
-            .expect("write");
+            .expect("write")
+            .0;
             assert_eq!(stats.file().total.rows, total);
             assert_eq!(stats.file().total.tokens, 2 * total);
             let sizes: Vec<u64> = shards.iter().map(|s| s.rows).collect();

@@ -15,6 +15,12 @@ Usage: python3 tests/oracle/check_speculators_render.py --bin target/debug/chats
 4. Both datasets are opened with `datasets.load_from_disk` and compared as multisets of
    (input_ids, loss_mask) rows (prepare-data shuffles with its own seed).
 
+One deliberate difference is accounted for, not compared: speculators maps a role it does not
+know (`developer`, a model name) to `assistant` (`_normalize_conversation`), so it trains on
+such a message as the model's own text; chatshards rejects the conversation (`unknown_role`).
+Those conversations are left out of speculators' input, and the check asserts that chatshards'
+`rejects.jsonl` holds each of them with reason `unknown_role`.
+
 Needs the speculators venv (tests/oracle/requirements-speculators.txt). Prints
 `check_speculators_render: OK ...` and exits 0 when every row matches.
 """
@@ -46,6 +52,16 @@ def read_conversations():
             if isinstance(row, dict) and isinstance(row.get("messages"), list):
                 rows.append(row)
     return rows
+
+
+# The roles speculators' `_normalize_conversation` maps to themselves; any other becomes
+# `assistant` there.
+KNOWN_ROLES = {"human", "user", "gpt", "assistant", "system", "tool"}
+
+
+def unknown_roles(row):
+    return sorted({m.get("from", m.get("role", "")) for m in row["messages"]
+                   if isinstance(m, dict)} - KNOWN_ROLES)
 
 
 def for_speculators(row):
@@ -111,7 +127,18 @@ def main():
         root=ROOT, inputs=", ".join(str(p) for p in INPUTS), out=work / "chatshards"))
     subprocess.run([binary, "build", "--quiet", str(pipeline)], check=True)
 
-    convs = [c for c in map(for_speculators, read_conversations()) if c is not None]
+    rows = read_conversations()
+    renamed = [r for r in rows if unknown_roles(r)]
+    convs = [c for c in (for_speculators(r) for r in rows if not unknown_roles(r)) if c is not None]
+    rejects = [json.loads(line) for line in
+               (work / "chatshards/rejects.jsonl").read_text().splitlines()]
+    unknown = [r for r in rejects if r["reason"] == "unknown_role"]
+    if len(unknown) != len(renamed):
+        sys.exit(f"check_speculators_render: FAIL {len(renamed)} conversations have a role "
+                 f"speculators maps to assistant, chatshards rejected {len(unknown)} as unknown_role")
+    print(f"{len(renamed)} conversations with roles speculators maps to assistant "
+          f"({', '.join(sorted({x for r in renamed for x in unknown_roles(r)}))}): "
+          f"rejected by chatshards as unknown_role, left out of speculators' input")
     data = work / "conversations.jsonl"
     data.write_text("".join(json.dumps(c, ensure_ascii=False) + "\n" for c in convs))
 
