@@ -936,7 +936,12 @@ mod tests {
         r.segment(1, Positions::default()).expect("segment");
         assert_eq!(Journal::key_in(dir.path()), Some(key()));
         r.finish(Positions::default()).expect("finish");
-        assert_eq!(Journal::open(dir.path(), &key(), 1).expect("reopen").recorded(), 1);
+        assert_eq!(
+            Journal::open(dir.path(), &key(), 1)
+                .expect("reopen")
+                .recorded(),
+            1
+        );
     }
 
     #[test]

@@ -1215,9 +1215,10 @@ impl Context<'_> {
                         let (seq, chunk, tx, job) = (started, todo[started], tx.clone(), &job);
                         started += 1;
                         jobs.spawn(move |_| {
-                            let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(
-                                || job(chunk),
-                            ));
+                            let result =
+                                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                                    job(chunk)
+                                }));
                             let _ = tx.send((seq, result));
                         });
                     }

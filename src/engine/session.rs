@@ -128,7 +128,11 @@ fn build(
             let dir = dir
                 .clone()
                 .unwrap_or_else(|| crate::engine::partition::default_parts_dir(out));
-            Some(crate::engine::partition::Parts::open(&dir, *count, &key_now()?)?)
+            Some(crate::engine::partition::Parts::open(
+                &dir,
+                *count,
+                &key_now()?,
+            )?)
         }
         None => None,
     };

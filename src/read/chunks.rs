@@ -111,14 +111,20 @@ pub fn read_chunk(
     sink: &mut dyn FnMut(RawRow) -> bool,
 ) -> Result<(), ReadError> {
     let path = &files[chunk.file];
-    json::read_line_range(path, chunk.lo, chunk.hi, options, &mut |row, line, record| {
-        sink(RawRow {
-            file: chunk.file,
-            row: chunk.row + row,
-            line: line.map(|l| chunk.line + l),
-            record,
-        })
-    })?;
+    json::read_line_range(
+        path,
+        chunk.lo,
+        chunk.hi,
+        options,
+        &mut |row, line, record| {
+            sink(RawRow {
+                file: chunk.file,
+                row: chunk.row + row,
+                line: line.map(|l| chunk.line + l),
+                record,
+            })
+        },
+    )?;
     Ok(())
 }
 
