@@ -1175,32 +1175,23 @@ impl Context<'_> {
         let in_flight = (IN_FLIGHT_PER_THREAD * self.pool.current_num_threads()).max(MIN_IN_FLIGHT);
         let job = |chunk: &Chunk| -> Result<Vec<T>, ReadError> {
             let mut out = Vec::new();
-            let mut batch = Vec::new();
-            let mut bytes = 0;
+            let mut batch = Batch::default();
             let mut ordinal = chunk.ordinal;
             crate::read::chunks::read_chunk(files, chunk, read_options, &mut |row| {
                 ordinal += 1;
                 if ordinal <= skip {
                     return true;
                 }
-                if let Some(wanted) = wanted {
-                    // A blank line is no record (it shares the next record's index).
-                    if matches!(row.record, Record::Blank)
-                        || !is_wanted(wanted, row.file as u32, row.row)
-                    {
-                        return true;
-                    }
+                if unwanted(wanted, &row) {
+                    return true;
                 }
-                bytes += row.record.weight();
-                batch.push(row);
-                if batch.len() >= JOB_MAX_ROWS || bytes >= JOB_BYTES {
-                    bytes = 0;
-                    out.extend(work(std::mem::take(&mut batch)));
+                if let Some(full) = batch.push(row) {
+                    out.extend(work(full));
                 }
                 true
             })?;
-            if !batch.is_empty() {
-                out.extend(work(batch));
+            if let Some(rest) = batch.finish() {
+                out.extend(work(rest));
             }
             Ok(out)
         };
@@ -1261,8 +1252,7 @@ impl Context<'_> {
             let reader_tx = events_tx.clone();
             let reader = threads.spawn(move || {
                 let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                    let mut batch = Vec::new();
-                    let mut bytes = 0;
+                    let mut batch = Batch::default();
                     let send = |batch: Vec<RawRow>| {
                         credits.recv().is_ok() && reader_tx.send(Event::Batch(batch)).is_ok()
                     };
@@ -1274,24 +1264,16 @@ impl Context<'_> {
                             skipped += 1;
                             return open;
                         }
-                        if let Some(wanted) = wanted {
-                            // A blank line is no record (it shares the next record's index).
-                            if matches!(row.record, Record::Blank)
-                                || !is_wanted(wanted, row.file as u32, row.row)
-                            {
-                                return open;
-                            }
+                        if unwanted(wanted, &row) {
+                            return open;
                         }
-                        bytes += row.record.weight();
-                        batch.push(row);
-                        if batch.len() >= JOB_MAX_ROWS || bytes >= JOB_BYTES {
-                            bytes = 0;
-                            open = send(std::mem::take(&mut batch));
+                        if let Some(full) = batch.push(row) {
+                            open = send(full);
                         }
                         open
                     });
-                    if open && !batch.is_empty() {
-                        send(batch);
+                    if let Some(rest) = batch.finish().filter(|_| open) {
+                        send(rest);
                     }
                     result
                 }));
@@ -1344,6 +1326,39 @@ impl Context<'_> {
                 Err(panic) => std::panic::resume_unwind(panic),
             }
         })
+    }
+}
+
+/// Whether a pass leaves `row` out: a work pass (`wanted`) takes only the wanted rows, and a
+/// blank line is no record (it shares the next record's index).
+fn unwanted(wanted: Option<&[Wanted]>, row: &RawRow) -> bool {
+    wanted.is_some_and(|wanted| {
+        matches!(row.record, Record::Blank) || !is_wanted(wanted, row.file as u32, row.row)
+    })
+}
+
+/// Rows gathered into one job's worth of input: [`JOB_MAX_ROWS`] rows or [`JOB_BYTES`].
+#[derive(Default)]
+struct Batch {
+    rows: Vec<RawRow>,
+    bytes: usize,
+}
+
+impl Batch {
+    /// Adds a row; the batch, once full.
+    fn push(&mut self, row: RawRow) -> Option<Vec<RawRow>> {
+        self.bytes += row.record.weight();
+        self.rows.push(row);
+        if self.rows.len() < JOB_MAX_ROWS && self.bytes < JOB_BYTES {
+            return None;
+        }
+        self.bytes = 0;
+        Some(std::mem::take(&mut self.rows))
+    }
+
+    /// The rows left, if any.
+    fn finish(self) -> Option<Vec<RawRow>> {
+        Some(self.rows).filter(|rows| !rows.is_empty())
     }
 }
 
