@@ -424,6 +424,15 @@ impl Journal {
     }
 
     /// Rows between two segments of a pass.
+    /// Writes a deferred `key.json` now, waiting for the inputs' hashing: after the last pass,
+    /// so that a build killed in its shard phase goes on from its passes.
+    pub fn write_key(&self) -> Result<(), JournalError> {
+        match &self.pending {
+            Some(key) => key.write(true).map(|_| ()),
+            None => Ok(()),
+        }
+    }
+
     pub fn segment_rows(&self) -> u64 {
         self.segment_rows
     }
@@ -716,13 +725,15 @@ impl Recorder {
     }
 
     /// Ends the pass: `positions` (taken after the side outputs were synced) close the file,
-    /// which is synced and renamed into place.
+    /// which is synced and renamed into place. Does not wait for a deferred key: the next pass
+    /// starts at once, and until `key.json` is written (by a later segment or pass, or
+    /// [`Journal::write_key`]) a killed build starts afresh, as it would have before this pass.
     pub fn finish(mut self, positions: Positions) -> Result<(), JournalError> {
         if self.writer.is_none() {
             return Ok(());
         }
         if let Some(key) = &self.key {
-            key.write(true)?;
+            key.write(false)?;
         }
         let events = self.events;
         self.frame(&FrameOut::End {
@@ -945,16 +956,26 @@ mod tests {
     }
 
     #[test]
-    fn a_finished_pass_waits_for_a_deferred_key() {
+    fn a_finished_pass_does_not_wait_for_a_deferred_key_and_write_key_does() {
         let dir = tempfile::tempdir().expect("tempdir");
         let mut journal =
             Journal::open_deferred(dir.path(), Arc::new(Later(false.into())), 1).expect("open");
         let PassMode::Record(r) = journal.begin(PassKind::Scan, 0).expect("begin") else {
             panic!("a new journal replays")
         };
-        // `key` answers (it waits for the hashing); `ready` only says it would not wait.
+        // Not ready: the pass is recorded, the key is not (a kill now starts afresh).
         r.finish(Positions::default()).expect("finish");
+        assert_eq!(Journal::key_in(dir.path()), None);
+        assert!(dir.path().join(pass_name(0, "bin")).is_file());
+        // `key` answers (it waits for the hashing); `ready` only says it would not wait.
+        journal.write_key().expect("write key");
         assert_eq!(Journal::key_in(dir.path()), Some(key()));
+        assert_eq!(
+            Journal::open(dir.path(), &key(), 1)
+                .expect("reopen")
+                .recorded(),
+            1
+        );
     }
 
     #[test]

@@ -49,6 +49,19 @@ pub const JOB_MAX_ROWS: usize = 1024;
 const IN_FLIGHT_PER_THREAD: usize = 8;
 const MIN_IN_FLIGHT: usize = 16;
 
+/// Batches in flight for a pool of `threads`: [`IN_FLIGHT_PER_THREAD`] per thread, or
+/// `CHATSHARDS_JOBS_PER_THREAD` (at least 1) to measure the memory / speed trade-off.
+fn in_flight(threads: usize) -> usize {
+    static PER_THREAD: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    let per_thread = *PER_THREAD.get_or_init(|| {
+        std::env::var("CHATSHARDS_JOBS_PER_THREAD")
+            .ok()
+            .and_then(|v| v.trim().parse::<usize>().ok())
+            .map_or(IN_FLIGHT_PER_THREAD, |n| n.max(1))
+    });
+    (per_thread * threads).max(MIN_IN_FLIGHT)
+}
+
 /// Bytes of a JSON lines range that one job reads (see [`Context::pass`]): a job's worth of
 /// input.
 const CHUNK_BYTES: u64 = JOB_BYTES as u64;
@@ -1172,7 +1185,7 @@ impl Context<'_> {
                 })
             })
             .collect();
-        let in_flight = (IN_FLIGHT_PER_THREAD * self.pool.current_num_threads()).max(MIN_IN_FLIGHT);
+        let in_flight = in_flight(self.pool.current_num_threads());
         let job = |chunk: &Chunk| -> Result<Vec<T>, ReadError> {
             let mut out = Vec::new();
             let mut batch = Batch::default();
@@ -1242,7 +1255,7 @@ impl Context<'_> {
         let (events_tx, events) = channel::<Event<T>>();
         // One credit per batch in flight: the reader takes one before each batch, the commit of
         // a batch gives it back. Dropping the sender stops the reader.
-        let in_flight = (IN_FLIGHT_PER_THREAD * self.pool.current_num_threads()).max(MIN_IN_FLIGHT);
+        let in_flight = in_flight(self.pool.current_num_threads());
         let (credit_tx, credits) = sync_channel::<()>(in_flight);
         for _ in 0..in_flight {
             let _ = credit_tx.send(());
@@ -1250,35 +1263,38 @@ impl Context<'_> {
         let mut credit_tx = Some(credit_tx);
         std::thread::scope(|threads| -> Result<(), RunError> {
             let reader_tx = events_tx.clone();
-            let reader = threads.spawn(move || {
-                let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                    let mut batch = Batch::default();
-                    let send = |batch: Vec<RawRow>| {
-                        credits.recv().is_ok() && reader_tx.send(Event::Batch(batch)).is_ok()
-                    };
-                    let mut open = true;
-                    // Rows a recorded segment did (the reader's first `skip` rows).
-                    let mut skipped = 0u64;
-                    let result = read_files_with(files, read_options, &mut |row| {
-                        if skipped < skip {
-                            skipped += 1;
-                            return open;
+            let reader = std::thread::Builder::new().name("reader".to_owned());
+            let reader = reader
+                .spawn_scoped(threads, move || {
+                    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                        let mut batch = Batch::default();
+                        let send = |batch: Vec<RawRow>| {
+                            credits.recv().is_ok() && reader_tx.send(Event::Batch(batch)).is_ok()
+                        };
+                        let mut open = true;
+                        // Rows a recorded segment did (the reader's first `skip` rows).
+                        let mut skipped = 0u64;
+                        let result = read_files_with(files, read_options, &mut |row| {
+                            if skipped < skip {
+                                skipped += 1;
+                                return open;
+                            }
+                            if unwanted(wanted, &row) {
+                                return open;
+                            }
+                            if let Some(full) = batch.push(row) {
+                                open = send(full);
+                            }
+                            open
+                        });
+                        if let Some(rest) = batch.finish().filter(|_| open) {
+                            send(rest);
                         }
-                        if unwanted(wanted, &row) {
-                            return open;
-                        }
-                        if let Some(full) = batch.push(row) {
-                            open = send(full);
-                        }
-                        open
-                    });
-                    if let Some(rest) = batch.finish().filter(|_| open) {
-                        send(rest);
-                    }
-                    result
-                }));
-                let _ = reader_tx.send(Event::ReadDone(result));
-            });
+                        result
+                    }));
+                    let _ = reader_tx.send(Event::ReadDone(result));
+                })
+                .expect("failed to spawn thread");
             let outcome = self.pool.in_place_scope(|jobs| -> Result<(), RunError> {
                 let (mut read, mut next_commit) = (0u64, 0u64);
                 let mut reading = true;

@@ -106,8 +106,10 @@ fn build(
     timings: &Timings,
 ) -> Result<()> {
     let threads = args.threads.unwrap_or(0);
+    // Threads are named for `top -H` and the benches' per-thread samples.
     let pool = rayon::ThreadPoolBuilder::new()
         .num_threads(threads)
+        .thread_name(|i| format!("worker-{i}"))
         .build()
         .context("failed to start the thread pool")?;
     // The inputs are hashed as the build starts reading them, and again once it has read
@@ -229,6 +231,8 @@ fn build(
         spill.unsynced();
         conversations.unsynced();
     }
+    // Part of the dataset (synced when it is finished), unlike the spill.
+    conversations.early_writeback();
     // stats.json: rows are counted as the shards are written, conversations (turns and tool
     // calls) from the settled selection.
     let mut row_stats = DatasetStats::new(
@@ -261,6 +265,7 @@ fn build(
     let settled = run.settled;
     let run_regenerate = run.regenerate;
     let input_files = hashes.wait().map_err(anyhow::Error::msg)?.clone();
+    journal.write_key()?;
     // Written in the working directory (a resumed build goes on from it), copied into the
     // output without the conversations that were not selected.
     let final_conversations = staging.join("conversations.jsonl");
@@ -321,13 +326,20 @@ fn build(
     // shard writing, and so are the inputs, which must not have changed while they were read.
     let cancel = AtomicBool::new(false);
     let (shards, side_files) = std::thread::scope(|scope| {
-        let side = scope.spawn(|| {
-            summarize(
-                &staging,
-                &["conversations.jsonl", "rejects.jsonl", "filtered.jsonl"],
-            )
-        });
-        let reread = scope.spawn(|| inputs_unchanged(plan, &input_files, &cancel, timings));
+        let named = |name: &str| std::thread::Builder::new().name(name.to_owned());
+        let side = named("side-hash")
+            .spawn_scoped(scope, || {
+                summarize(
+                    &staging,
+                    &["conversations.jsonl", "rejects.jsonl", "filtered.jsonl"],
+                )
+            })
+            .expect("failed to spawn thread");
+        let reread = named("input-reread")
+            .spawn_scoped(scope, || {
+                inputs_unchanged(plan, &input_files, &cancel, timings)
+            })
+            .expect("failed to spawn thread");
         let layout = write::ShardLayout {
             total_rows,
             rows_per_shard: plan.rows_per_shard,

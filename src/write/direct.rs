@@ -22,6 +22,18 @@ const ALIGN: usize = 4096;
 /// Bytes gathered before each write of an output: large enough that the device sees few
 /// requests.
 const BLOCK: usize = 1 << 20;
+/// Bytes written between two starts of writeback ([`OutputFile::early_writeback`]).
+const WRITEBACK_BYTES: u64 = 32 << 20;
+
+/// Whether output files that must end durable start their writeback as they are written
+/// (`CHATSHARDS_EARLY_WRITEBACK=0`: only at their final `fsync`, as before; same bytes).
+fn early_writeback_on() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| {
+        let value = std::env::var("CHATSHARDS_EARLY_WRITEBACK");
+        !matches!(value.as_deref().map(str::trim), Ok("0" | "false"))
+    })
+}
 
 /// A write-only file that takes whole blocks around the page cache; see the module docs.
 pub struct OutputFile {
@@ -42,6 +54,9 @@ pub struct OutputFile {
     /// [`OutputFile::sync_point`] writes the staged bytes but does not sync them (see
     /// [`OutputFile::unsynced`]).
     unsynced: bool,
+    /// With [`OutputFile::early_writeback`]: the end of the bytes already handed to the
+    /// device's writeback.
+    writeback_from: Option<u64>,
 }
 
 impl OutputFile {
@@ -115,6 +130,7 @@ impl OutputFile {
             block,
             high: written,
             unsynced: false,
+            writeback_from: None,
         };
         if !direct {
             out.buffered()?;
@@ -128,6 +144,17 @@ impl OutputFile {
     /// gone on from: `engine::journal::same_boot`).
     pub fn unsynced(&mut self) {
         self.unsynced = true;
+    }
+
+    /// Starts the device writing each 32 MiB as soon as it is written through the page cache,
+    /// without waiting for it, for a file that is synced at the end of the build: the kernel
+    /// would otherwise hold gigabytes of dirty pages until that `fsync` (or its own
+    /// thresholds), and the build would wait the whole write at its end instead of overlapping
+    /// it with the work. Off with `CHATSHARDS_EARLY_WRITEBACK=0`.
+    pub fn early_writeback(&mut self) {
+        if early_writeback_on() {
+            self.writeback_from = Some(self.written);
+        }
     }
 
     /// Whether whole blocks still bypass the page cache.
@@ -229,6 +256,12 @@ impl OutputFile {
         self.file.write_all(&self.buffer[staged])?;
         self.written += self.len as u64;
         self.len = 0;
+        if let Some(from) = self.writeback_from {
+            if self.written - from >= WRITEBACK_BYTES {
+                start_writeback(&self.file, from, self.written - from);
+                self.writeback_from = Some(self.written);
+            }
+        }
         Ok(())
     }
 
@@ -277,6 +310,24 @@ impl Write for OutputFile {
         self.cut_back()
     }
 }
+
+/// Asks the device to start writing `len` bytes of `file` from `offset` and returns at once
+/// (`sync_file_range(SYNC_FILE_RANGE_WRITE)`): advisory, so a failure is ignored; the file's
+/// final `fsync` reports real write errors.
+#[cfg(target_os = "linux")]
+fn start_writeback(file: &File, offset: u64, len: u64) {
+    use std::os::fd::AsRawFd;
+    let (Ok(offset), Ok(len)) = (i64::try_from(offset), i64::try_from(len)) else {
+        return;
+    };
+    // SAFETY: a plain system call on an open descriptor; it reads and writes no memory of ours.
+    unsafe {
+        libc::sync_file_range(file.as_raw_fd(), offset, len, libc::SYNC_FILE_RANGE_WRITE);
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn start_writeback(_file: &File, _offset: u64, _len: u64) {}
 
 /// The first bytes of a file, read into an aligned window of a reusable buffer.
 pub struct ReadBack {

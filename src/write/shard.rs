@@ -77,13 +77,16 @@ struct ChunkHasher {
 impl ChunkHasher {
     fn start() -> Self {
         let (chunks, rx) = std::sync::mpsc::sync_channel::<Arc<Vec<u8>>>(4);
-        let thread = std::thread::spawn(move || {
-            let mut hasher = Sha256::new();
-            for chunk in rx {
-                hasher.update(chunk.as_slice());
-            }
-            hex::encode(hasher.finalize())
-        });
+        let sha = std::thread::Builder::new().name("shard-sha256".to_owned());
+        let thread = sha
+            .spawn(move || {
+                let mut hasher = Sha256::new();
+                for chunk in rx {
+                    hasher.update(chunk.as_slice());
+                }
+                hex::encode(hasher.finalize())
+            })
+            .expect("failed to spawn thread");
         ChunkHasher { chunks, thread }
     }
 
@@ -239,7 +242,8 @@ impl ShardWriter {
     pub fn create(dir: &Path, name: String) -> Result<Self, WriteError> {
         let path = dir.join(&name);
         let temp = dir.join(format!(".{name}.partial"));
-        let file = OutputFile::create(&temp).map_err(|e| WriteError::Io(temp.clone(), e))?;
+        let mut file = OutputFile::create(&temp).map_err(|e| WriteError::Io(temp.clone(), e))?;
+        file.early_writeback();
         Ok(ShardWriter {
             file,
             hasher: ChunkHasher::start(),

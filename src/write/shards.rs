@@ -126,87 +126,90 @@ fn write_windowed(
     let (tx, rx) = std::sync::mpsc::sync_channel::<ShardChunk>(CHUNKS_IN_FLIGHT);
     let shards = std::thread::scope(|scope| {
         let locals = &locals;
-        scope.spawn(move || {
-            let arrow_err = |shard: usize, message: String| WriteError::Arrow {
-                path: dir.join(shard_name(shard, count)),
-                message,
-            };
-            let fail = |shard: usize, e: WriteError| {
-                let _ = tx.send(ShardChunk {
-                    shard,
-                    bytes: Err(e),
-                    rows: 0,
-                    ends_shard: false,
-                });
-            };
-            let (mut shard, mut in_shard, mut seen) = (0usize, 0usize, 0u64);
-            let mut batch_in_shard = 0usize;
-            // Rows of a batch not full at the end of a window: it goes on in the next.
-            let mut pending: Vec<(Arc<Bucket>, usize)> = Vec::new();
-            let windows = windows(&buckets, window_bytes);
-            for (&side, window) in passes
-                .iter()
-                .flat_map(|side| windows.iter().map(move |w| (side, w)))
-            {
-                let loaded: Vec<Result<Bucket, WriteError>> = pool.install(|| {
-                    window
-                        .par_iter()
-                        .map(|spilled| {
-                            let mut bucket = Bucket::read(spilled, Vec::new())?;
-                            bucket.retain(|id| keep(side, id));
-                            Ok(bucket)
-                        })
-                        .collect()
-                });
-                let mut plans = Vec::new();
-                for bucket in loaded {
-                    let bucket = match bucket {
-                        Ok(bucket) => Arc::new(bucket),
-                        Err(e) => return fail(shard, e),
-                    };
-                    for i in 0..bucket.len() {
-                        pending.push((Arc::clone(&bucket), i));
-                        in_shard += 1;
-                        seen += 1;
-                        let ends_shard = in_shard == rows_per_shard || seen == total_rows;
-                        if pending.len() < SHARD_BATCH_ROWS && !ends_shard {
-                            continue;
+        let planner = std::thread::Builder::new().name("shard-plan".to_owned());
+        planner
+            .spawn_scoped(scope, move || {
+                let arrow_err = |shard: usize, message: String| WriteError::Arrow {
+                    path: dir.join(shard_name(shard, count)),
+                    message,
+                };
+                let fail = |shard: usize, e: WriteError| {
+                    let _ = tx.send(ShardChunk {
+                        shard,
+                        bytes: Err(e),
+                        rows: 0,
+                        ends_shard: false,
+                    });
+                };
+                let (mut shard, mut in_shard, mut seen) = (0usize, 0usize, 0u64);
+                let mut batch_in_shard = 0usize;
+                // Rows of a batch not full at the end of a window: it goes on in the next.
+                let mut pending: Vec<(Arc<Bucket>, usize)> = Vec::new();
+                let windows = windows(&buckets, window_bytes);
+                for (&side, window) in passes
+                    .iter()
+                    .flat_map(|side| windows.iter().map(move |w| (side, w)))
+                {
+                    let loaded: Vec<Result<Bucket, WriteError>> = pool.install(|| {
+                        window
+                            .par_iter()
+                            .map(|spilled| {
+                                let mut bucket = Bucket::read(spilled, Vec::new())?;
+                                bucket.retain(|id| keep(side, id));
+                                Ok(bucket)
+                            })
+                            .collect()
+                    });
+                    let mut plans = Vec::new();
+                    for bucket in loaded {
+                        let bucket = match bucket {
+                            Ok(bucket) => Arc::new(bucket),
+                            Err(e) => return fail(shard, e),
+                        };
+                        for i in 0..bucket.len() {
+                            pending.push((Arc::clone(&bucket), i));
+                            in_shard += 1;
+                            seen += 1;
+                            let ends_shard = in_shard == rows_per_shard || seen == total_rows;
+                            if pending.len() < SHARD_BATCH_ROWS && !ends_shard {
+                                continue;
+                            }
+                            plans.push(BatchPlan {
+                                shard,
+                                rows: std::mem::take(&mut pending),
+                                starts_shard: batch_in_shard == 0,
+                                ends_shard,
+                            });
+                            batch_in_shard += 1;
+                            if ends_shard {
+                                shard += 1;
+                                in_shard = 0;
+                                batch_in_shard = 0;
+                            }
                         }
-                        plans.push(BatchPlan {
-                            shard,
-                            rows: std::mem::take(&mut pending),
-                            starts_shard: batch_in_shard == 0,
-                            ends_shard,
-                        });
-                        batch_in_shard += 1;
-                        if ends_shard {
-                            shard += 1;
-                            in_shard = 0;
-                            batch_in_shard = 0;
+                    }
+                    let encoded: Vec<ShardChunk> = pool.install(|| {
+                        plans
+                            .par_iter()
+                            .map(|plan| ShardChunk {
+                                shard: plan.shard,
+                                bytes: encode(plan, mask_dtype, &sources, locals)
+                                    .map_err(|message| arrow_err(plan.shard, message)),
+                                rows: plan.rows.len() as u64,
+                                ends_shard: plan.ends_shard,
+                            })
+                            .collect()
+                    });
+                    drop(plans);
+                    for chunk in encoded {
+                        let failed = chunk.bytes.is_err();
+                        if tx.send(chunk).is_err() || failed {
+                            return;
                         }
                     }
                 }
-                let encoded: Vec<ShardChunk> = pool.install(|| {
-                    plans
-                        .par_iter()
-                        .map(|plan| ShardChunk {
-                            shard: plan.shard,
-                            bytes: encode(plan, mask_dtype, &sources, locals)
-                                .map_err(|message| arrow_err(plan.shard, message)),
-                            rows: plan.rows.len() as u64,
-                            ends_shard: plan.ends_shard,
-                        })
-                        .collect()
-                });
-                drop(plans);
-                for chunk in encoded {
-                    let failed = chunk.bytes.is_err();
-                    if tx.send(chunk).is_err() || failed {
-                        return;
-                    }
-                }
-            }
-        });
+            })
+            .expect("failed to spawn thread");
         // A finished shard is synced (and its hash completed) on a thread of its own, while
         // the next ones are written: the sync waits on the device.
         let mut finishing = Vec::with_capacity(count);
@@ -229,7 +232,11 @@ fn write_windowed(
             }
             if ends_shard {
                 if let Some(w) = current.take() {
-                    finishing.push(scope.spawn(move || w.finish()));
+                    let sync = std::thread::Builder::new().name("shard-sync".to_owned());
+                    let finish = sync
+                        .spawn_scoped(scope, move || w.finish())
+                        .expect("failed to spawn thread");
+                    finishing.push(finish);
                 }
             }
         }
