@@ -22,6 +22,7 @@ use crate::hub::{hash_file, Lockfile};
 use crate::model::split;
 use crate::printer::Printer;
 use crate::write::identity::{self, Identity, IdentityInput, InputKind};
+use crate::write::VALIDATION_DIR;
 use anyhow::{bail, Context, Result};
 use serde_json::Value;
 use std::fs;
@@ -98,15 +99,37 @@ fn snapshot(dir: &Path) -> Option<(u64, u64, u64, u64, std::time::SystemTime)> {
 }
 
 /// `dir`'s file `name`, as the manifest names it (`what`): a plain name (no folder, no `..`,
-/// not absolute) of a regular file that is not a symbolic link, so that nothing outside the
-/// dataset is read or vouched for.
+/// not absolute), or one inside the validation split's folder (`validation/NAME`), of a
+/// regular file that is not a symbolic link, so that nothing outside the dataset is read or
+/// vouched for.
 fn member(dir: &Path, name: &str, what: &str) -> Result<PathBuf> {
-    let mut parts = Path::new(name).components();
-    let plain = matches!(
-        (parts.next(), parts.next()),
-        (Some(Component::Normal(part)), None) if part == std::ffi::OsStr::new(name)
-    );
-    if !plain {
+    let plain = |name: &str| {
+        let mut parts = Path::new(name).components();
+        matches!(
+            (parts.next(), parts.next()),
+            (Some(Component::Normal(part)), None) if part == std::ffi::OsStr::new(name)
+        )
+    };
+    let inner = name
+        .strip_prefix(VALIDATION_DIR)
+        .and_then(|n| n.strip_prefix('/'));
+    if inner.is_some_and(plain) {
+        let folder = dir.join(VALIDATION_DIR);
+        match fs::symlink_metadata(&folder) {
+            Ok(meta) if meta.is_dir() => {}
+            Ok(_) => bail!(
+                "`{}` is not a folder: the validation split's files are plain files in it",
+                folder.display()
+            ),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                bail!(
+                    "`{}` is missing (the manifest lists `{name}`)",
+                    folder.display()
+                )
+            }
+            Err(e) => return Err(e).with_context(|| format!("cannot read `{}`", folder.display())),
+        }
+    } else if !plain(name) {
         bail!(
             "`{}` names {what} `{name}`, which is not a file name inside the dataset directory",
             dir.join("manifest.json").display()
@@ -172,6 +195,15 @@ pub fn check(out: &OutputDir) -> Result<()> {
     // With a split: each row's split key and source, in order (16 bytes a row).
     let mut split_rows: Vec<(u64, String)> = Vec::new();
     let split_seed = validation.map(|v| v["seed"].as_u64().unwrap_or_default());
+    let groups: split::Groups = match validation.and_then(|v| v.get("groups")) {
+        Some(g) => serde_json::from_value(g.clone()).with_context(|| {
+            format!(
+                "`{}`: validation: unreadable `groups`",
+                shown("manifest.json")
+            )
+        })?,
+        None => split::Groups::new(),
+    };
     for s in &m.shards {
         let path = member(dir, &s.file, "the shard")?;
         let read = read_shard(&path, true, |batch| {
@@ -186,7 +218,7 @@ pub fn check(out: &OutputDir) -> Result<()> {
                 bail!("`{}` has no `source` column of strings", path.display());
             };
             for (id, source) in ids.iter().zip(sources.iter()) {
-                let key = split::conversation_key(seed, split::conversation_of(id.unwrap_or("")));
+                let key = split::conversation_key(seed, split::unit_of(&groups, id.unwrap_or("")));
                 split_rows.push((key, source.unwrap_or("").to_owned()));
             }
             Ok(())
@@ -282,6 +314,7 @@ pub fn check(out: &OutputDir) -> Result<()> {
     if let Some(validation) = validation {
         check_split(validation, &split_rows)
             .map_err(|e| anyhow::anyhow!("`{}`: validation: {e}", shown("manifest.json")))?;
+        check_validation_dataset(out, dtype)?;
     }
 
     let build_id = recorded_build_id(out)?;
@@ -294,6 +327,79 @@ pub fn check(out: &OutputDir) -> Result<()> {
         );
     }
     seal.map_err(|e| anyhow::anyhow!("`{}`: {e}", shown("manifest.json")))
+}
+
+/// With a split: the training shards in the directory and the validation shards in its
+/// `validation/` folder, which is a dataset of its own: its `state.json` lists exactly those
+/// shards with their fingerprint, and its `dataset_info.json` has the dataset's features.
+fn check_validation_dataset(
+    out: &OutputDir,
+    dtype: crate::tokenize::mask_config::MaskDtype,
+) -> Result<()> {
+    let (dir, m) = (&out.path, &out.manifest);
+    let prefix = format!("{VALIDATION_DIR}/");
+    let (validation, train): (Vec<_>, Vec<_>) =
+        m.shards.iter().partition(|s| s.file.starts_with(&prefix));
+    if let Some(i) = m.shards.iter().position(|s| s.file.starts_with(&prefix)) {
+        if m.shards[i..].iter().any(|s| !s.file.starts_with(&prefix)) {
+            bail!(
+                "`{}` lists a training shard after a validation shard",
+                dir.join("manifest.json").display()
+            );
+        }
+    }
+    let total = |shards: &[&crate::write::ShardSummary]| shards.iter().map(|s| s.rows).sum::<u64>();
+    let recorded = &m.json["validation"];
+    if Some(total(&train)) != recorded["train_rows"].as_u64()
+        || Some(total(&validation)) != recorded["validation_rows"].as_u64()
+    {
+        bail!(
+            "`{}`: the shards hold {} training and {} validation rows (`{VALIDATION_DIR}/`); the manifest records {} and {}",
+            dir.join("manifest.json").display(),
+            total(&train),
+            total(&validation),
+            recorded["train_rows"],
+            recorded["validation_rows"]
+        );
+    }
+    let info = member(dir, &format!("{prefix}dataset_info.json"), "the file")?;
+    if read_json(&info)?["features"] != crate::write::features(dtype) {
+        bail!(
+            "`{}`: the features differ from the dataset's",
+            info.display()
+        );
+    }
+    let state_path = member(dir, &format!("{prefix}state.json"), "the file")?;
+    let state = read_json(&state_path)?;
+    let listed: Vec<&str> = state["_data_files"]
+        .as_array()
+        .map(|files| {
+            files
+                .iter()
+                .filter_map(|f| f["filename"].as_str())
+                .collect()
+        })
+        .unwrap_or_default();
+    let names: Vec<&str> = validation
+        .iter()
+        .map(|s| s.file.strip_prefix(&prefix).unwrap_or(&s.file))
+        .collect();
+    if listed != names {
+        bail!(
+            "`{}` lists the shards {listed:?}; the manifest lists {names:?} in `{VALIDATION_DIR}/`",
+            state_path.display()
+        );
+    }
+    let sha = identity::dataset_sha256(validation.iter().map(|s| s.sha256.as_str()));
+    let fingerprint = &sha[..identity::FINGERPRINT_CHARS];
+    if state["_fingerprint"].as_str() != Some(fingerprint) {
+        bail!(
+            "`{}`: _fingerprint is {}, not {fingerprint} (from the validation shards' hashes)",
+            state_path.display(),
+            state["_fingerprint"]
+        );
+    }
+    Ok(())
 }
 
 /// Whether the manifest's seal matches its content (see [`crate::write::manifest`]).
@@ -545,12 +651,17 @@ fn rebuild(out: &OutputDir, threads: Option<usize>, printer: &Printer) -> Result
 /// Every file of `rebuilt` must be in `dir` with the same bytes. Returns how many there are.
 fn compare_dirs(dir: &Path, rebuilt: &Path) -> Result<usize> {
     let mut names = Vec::new();
-    for entry in
-        fs::read_dir(rebuilt).with_context(|| format!("cannot read `{}`", rebuilt.display()))?
-    {
-        let entry = entry.with_context(|| format!("cannot read `{}`", rebuilt.display()))?;
-        if entry.path().is_file() {
-            names.push(entry.file_name());
+    // The directory's files, and those of the validation split's folder.
+    for folder in [Path::new(""), Path::new(VALIDATION_DIR)] {
+        let at = rebuilt.join(folder);
+        if !at.is_dir() {
+            continue;
+        }
+        for entry in fs::read_dir(&at).with_context(|| format!("cannot read `{}`", at.display()))? {
+            let entry = entry.with_context(|| format!("cannot read `{}`", at.display()))?;
+            if entry.path().is_file() {
+                names.push(folder.join(entry.file_name()));
+            }
         }
     }
     names.sort();

@@ -334,6 +334,7 @@ fn build(
             mask_dtype: plan.mask.dtype,
             excluded: &settled.excluded,
             validation: plan.validation,
+            groups: &settled.groups,
             written: Some(&|rows: u64| progress.shard_rows(rows)),
         };
         progress.shards_started(total_rows);
@@ -373,8 +374,36 @@ fn build(
         &staging.join("state.json"),
         &write::state_json(&shard_files, &dataset_sha256[..identity::FINGERPRINT_CHARS]),
     )?;
+    let validation_shards: Vec<&crate::write::ShardSummary> = shards
+        .iter()
+        .filter(|s| s.file.starts_with(&format!("{}/", write::VALIDATION_DIR)))
+        .collect();
+    if !validation_shards.is_empty() {
+        // The validation rows' own dataset (`write::VALIDATION_DIR`), listing the same shards.
+        let folder = staging.join(write::VALIDATION_DIR);
+        write_file(
+            &folder.join("dataset_info.json"),
+            &write::dataset_info_json(
+                &format!("{} validation split (built by chatshards)", plan.name),
+                plan.mask.dtype,
+            ),
+        )?;
+        let names: Vec<String> = validation_shards
+            .iter()
+            .map(|s| s.file.rsplit('/').next().unwrap_or(&s.file).to_owned())
+            .collect();
+        let sha = identity::dataset_sha256(validation_shards.iter().map(|s| s.sha256.as_str()));
+        write_file(
+            &folder.join("state.json"),
+            &write::state_json(&names, &sha[..identity::FINGERPRINT_CHARS]),
+        )?;
+    }
     let pipeline = record_pipeline(plan, out, &staging)?;
-    let files = summarize_files(&staging, side_files)?;
+    let mut files = summarize_files(&staging, side_files)?;
+    if !validation_shards.is_empty() {
+        files.extend(summarize(&staging, write::VALIDATION_FILES)?);
+        files.sort_by(|a, b| a.file.cmp(&b.file));
+    }
     let mut manifest = manifest(
         plan,
         Outputs {
@@ -400,7 +429,7 @@ fn build(
         printer.info(summary);
     }
     if let (Some(split), Some((target, _))) = (&split, plan.validation) {
-        manifest.validation = Some(validation_record(plan, target, split));
+        manifest.validation = Some(validation_record(plan, target, split, &settled.groups));
     }
     let manifest_json = write::pretty(&write::manifest::sealed(serde_json::to_value(&manifest)?));
     write_file(&staging.join("manifest.json"), &manifest_json)?;
@@ -754,6 +783,7 @@ fn validation_record(
     plan: &Plan,
     target: crate::model::split::Target,
     split: &crate::model::split::Split,
+    groups: &crate::model::split::Groups,
 ) -> write::manifest::Validation {
     use crate::model::split::{train_data_ratio, Target};
     let total = split.total();
@@ -778,6 +808,7 @@ fn validation_record(
             .map(|s| s.name.clone())
             .zip(split.by_source.iter().copied())
             .collect(),
+        groups: groups.clone(),
     }
 }
 

@@ -13,6 +13,7 @@ use super::ShardSummary;
 use crate::report::SourceStats;
 use indexmap::IndexMap;
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 
 #[derive(Debug, Serialize)]
 pub struct Manifest {
@@ -124,6 +125,10 @@ pub struct Validation {
     pub total: crate::model::split::SideCounts,
     /// By source, in plan order.
     pub sources: IndexMap<String, crate::model::split::SideCounts>,
+    /// Pre-tokenized rows' conversations split with the first of their id
+    /// ([`crate::model::split::Groups`]); absent when none share an id.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub groups: crate::model::split::Groups,
 }
 
 #[derive(Debug, Serialize)]
