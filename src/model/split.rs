@@ -53,7 +53,7 @@ pub fn conversation_of(sample_id: &str) -> &str {
 }
 
 /// Conversation ids that belong to another's group (pre-tokenized rows sharing an id, see
-/// [`crate::curate::ledger::Settled::groups`]) → that conversation's id.
+/// `Settled::groups` of the ledger) → that conversation's id.
 pub type Groups = BTreeMap<String, String>;
 
 /// The split unit of a row: its conversation, or the first conversation of its group.
