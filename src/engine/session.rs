@@ -474,7 +474,7 @@ fn build(
 /// Puts in place the dataset an interrupted build finished but did not swap in.
 fn swap_finished(output: engine::output::Output, printer: &Printer) -> Result<()> {
     let path = output.staging().join("manifest.json");
-    let manifest: serde_json::Value = fs::read(&path)
+    let manifest: write::manifest::Recorded = fs::read(&path)
         .ok()
         .and_then(|bytes| serde_json::from_slice(&bytes).ok())
         .with_context(|| format!("failed to read `{}`", path.display()))?;
@@ -486,14 +486,13 @@ fn swap_finished(output: engine::output::Output, printer: &Printer) -> Result<()
     output.commit()?;
     printer.info(&format!(
         "wrote {} rows in {} shard(s) to `{}`",
-        manifest["rows"],
-        manifest["shards"].as_array().map_or(0, Vec::len),
+        manifest.rows,
+        manifest.shards.len(),
         dir.display()
     ));
     printer.info(&format!(
         "build_id {}, dataset_sha256 {}",
-        manifest["build_id"].as_str().unwrap_or_default(),
-        manifest["dataset_sha256"].as_str().unwrap_or_default()
+        manifest.build_id, manifest.dataset_sha256
     ));
     Ok(())
 }
@@ -535,7 +534,7 @@ pub fn resume_key(plan: &Plan, hashed: Option<&[InputFile]>) -> Result<ResumeKey
         );
     }
     Ok(ResumeKey {
-        tool_version: Tool::current().version.to_owned(),
+        tool_version: Tool::current().version,
         pipeline,
         lock_sha256: plan.lock.as_ref().map(|l| l.sha256.clone()),
         template_sha256: plan.template.sha256.clone(),
@@ -914,8 +913,8 @@ pub fn build_id(plan: &Plan, files: &[InputFile]) -> Result<String> {
         .collect();
     let tool = Tool::current();
     Ok(Identity {
-        tool_name: tool.name,
-        tool_version: tool.version,
+        tool_name: &tool.name,
+        tool_version: &tool.version,
         pipeline: &pipeline,
         lock_sha256: plan.lock.as_ref().map(|l| l.sha256.as_str()),
         template_sha256: &plan.template.sha256,

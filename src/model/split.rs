@@ -76,7 +76,7 @@ pub fn conversation_key(seed: u64, conversation: &str) -> u64 {
 }
 
 /// Rows and conversations on each side, for one source or all.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SideCounts {
     pub train_rows: u64,
     pub validation_rows: u64,
