@@ -39,6 +39,9 @@ impl Default for SpeculatorAdapter {
 pub struct TokenRow {
     pub ids: Vec<u32>,
     pub mask: Vec<u8>,
+    /// The id column's value as JSON text (`"c1"`, `7`): the rows that share it are one
+    /// conversation for `output.validation`'s split.
+    pub group: Option<String>,
 }
 
 impl SpeculatorAdapter {
@@ -127,6 +130,7 @@ impl SpeculatorAdapter {
             Some(name) => vec![name.as_str()],
             None => vec!["primary_id", "id"],
         };
+        let mut group = None;
         if let Some((name, v)) = id_names
             .iter()
             .find_map(|&n| row.get(n).filter(|v| !v.is_null()).map(|v| (n, v)))
@@ -137,10 +141,12 @@ impl SpeculatorAdapter {
                     kind(v)
                 )));
             }
+            group = Some(v.to_string());
         }
         Ok(TokenRow {
             ids: out_ids,
             mask: out_mask,
+            group,
         })
     }
 }
@@ -173,12 +179,18 @@ mod tests {
             check(row),
             Ok(TokenRow {
                 ids: vec![5, 0, 99],
-                mask: vec![0, 1, 1]
+                mask: vec![0, 1, 1],
+                group: Some("\"c1\"".to_owned())
             })
         );
         // Booleans are a mask too.
         let row = json!({"input_ids": [1, 2], "loss_mask": [false, true]});
         assert_eq!(check(row).map(|r| r.mask), Ok(vec![0, 1]));
+        // An integer id, or none.
+        let row = json!({"id": 7, "input_ids": [1], "loss_mask": [1]});
+        assert_eq!(check(row).map(|r| r.group), Ok(Some("7".to_owned())));
+        let row = json!({"input_ids": [1], "loss_mask": [1]});
+        assert_eq!(check(row).map(|r| r.group), Ok(None));
     }
 
     #[test]

@@ -1,33 +1,19 @@
 //! Reading a built output directory back: its manifest and its shards' rows (`verify`, `diff`).
 
-use crate::write::manifest::{FileSummary, PipelineRecord};
-use crate::write::ShardSummary;
+pub use crate::write::manifest::Recorded;
 use anyhow::{bail, Context, Result};
 use arrow_array::RecordBatch;
-use serde::Deserialize;
 use serde_json::Value;
 use std::fs;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
-/// The parts of `manifest.json` that `verify` and `diff` check. Extra fields are allowed
-/// (newer manifests add some); the whole document is kept as `json`.
-#[derive(Debug, Deserialize)]
-pub struct Recorded {
-    pub build_id: String,
-    pub dataset_sha256: String,
-    pub rows: u64,
-    pub pipeline: PipelineRecord,
-    pub shards: Vec<ShardSummary>,
-    pub files: Vec<FileSummary>,
-    #[serde(skip)]
-    pub json: Value,
-}
-
-/// An output directory and its manifest.
+/// An output directory and its manifest: read through [`Recorded`], and as the JSON text's
+/// value (what the seal hashes, and what `diff` compares member by member).
 pub struct OutputDir {
     pub path: PathBuf,
     pub manifest: Recorded,
+    pub json: Value,
 }
 
 impl OutputDir {
@@ -42,16 +28,16 @@ impl OutputDir {
         })?;
         let json: Value = serde_json::from_slice(&bytes)
             .with_context(|| format!("`{}` is not valid JSON", file.display()))?;
-        let mut manifest: Recorded = serde_json::from_value(json.clone()).with_context(|| {
+        let manifest: Recorded = serde_json::from_value(json.clone()).with_context(|| {
             format!(
                 "`{}` is not a manifest this chatshards can check (written by an older version?)",
                 file.display()
             )
         })?;
-        manifest.json = json;
         Ok(OutputDir {
             path: path.to_owned(),
             manifest,
+            json,
         })
     }
 }

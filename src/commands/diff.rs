@@ -151,14 +151,14 @@ fn diff(a: &OutputDir, b: &OutputDir) -> Result<Report> {
             .map(|(s, _)| s.file.clone())
             .collect(),
     };
-    let mut inputs = input_changes(&a.manifest.json, &b.manifest.json);
+    let mut inputs = input_changes(&a.json, &b.json);
     inputs.extend(pipeline_changes(&a.path, &b.path));
     Ok(Report {
         a: side(a, &ha),
         b: side(b, &hb),
         identical: ha == hb,
         inputs,
-        sources: count_changes(&a.manifest.json, &b.manifest.json),
+        sources: count_changes(&a.json, &b.json),
         rows: row_changes(a, b, ka, kb)?,
     })
 }

@@ -52,7 +52,13 @@ pub fn run(dir: &Path, which: &Which, tokenizer: Option<&Path>) -> Result<()> {
     .with_context(|| format!("`{}` is not a chatshards manifest", path.display()))?;
     let total: u64 = manifest.shards.iter().map(|s| s.rows).sum();
     for shard in &manifest.shards {
-        if shard.file.contains(['/', '\\']) {
+        // A plain name, or one in the validation split's folder.
+        let name = shard
+            .file
+            .strip_prefix(crate::write::VALIDATION_DIR)
+            .and_then(|n| n.strip_prefix('/'))
+            .unwrap_or(&shard.file);
+        if name.contains(['/', '\\']) || name.starts_with('.') {
             bail!(
                 "the manifest names a shard `{}` outside the dataset",
                 shard.file

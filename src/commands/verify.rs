@@ -21,7 +21,9 @@ use crate::engine::session::BuildArgs;
 use crate::hub::{hash_file, Lockfile};
 use crate::model::split;
 use crate::printer::Printer;
-use crate::write::identity::{self, Identity, IdentityInput, InputKind};
+use crate::write::identity::{self, Identity, IdentityInput};
+use crate::write::manifest::Validation;
+use crate::write::VALIDATION_DIR;
 use anyhow::{bail, Context, Result};
 use serde_json::Value;
 use std::fs;
@@ -98,15 +100,37 @@ fn snapshot(dir: &Path) -> Option<(u64, u64, u64, u64, std::time::SystemTime)> {
 }
 
 /// `dir`'s file `name`, as the manifest names it (`what`): a plain name (no folder, no `..`,
-/// not absolute) of a regular file that is not a symbolic link, so that nothing outside the
-/// dataset is read or vouched for.
+/// not absolute), or one inside the validation split's folder (`validation/NAME`), of a
+/// regular file that is not a symbolic link, so that nothing outside the dataset is read or
+/// vouched for.
 fn member(dir: &Path, name: &str, what: &str) -> Result<PathBuf> {
-    let mut parts = Path::new(name).components();
-    let plain = matches!(
-        (parts.next(), parts.next()),
-        (Some(Component::Normal(part)), None) if part == std::ffi::OsStr::new(name)
-    );
-    if !plain {
+    let plain = |name: &str| {
+        let mut parts = Path::new(name).components();
+        matches!(
+            (parts.next(), parts.next()),
+            (Some(Component::Normal(part)), None) if part == std::ffi::OsStr::new(name)
+        )
+    };
+    let inner = name
+        .strip_prefix(VALIDATION_DIR)
+        .and_then(|n| n.strip_prefix('/'));
+    if inner.is_some_and(plain) {
+        let folder = dir.join(VALIDATION_DIR);
+        match fs::symlink_metadata(&folder) {
+            Ok(meta) if meta.is_dir() => {}
+            Ok(_) => bail!(
+                "`{}` is not a folder: the validation split's files are plain files in it",
+                folder.display()
+            ),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                bail!(
+                    "`{}` is missing (the manifest lists `{name}`)",
+                    folder.display()
+                )
+            }
+            Err(e) => return Err(e).with_context(|| format!("cannot read `{}`", folder.display())),
+        }
+    } else if !plain(name) {
         bail!(
             "`{}` names {what} `{name}`, which is not a file name inside the dataset directory",
             dir.join("manifest.json").display()
@@ -132,7 +156,7 @@ pub fn check(out: &OutputDir) -> Result<()> {
     let dir = &out.path;
     let m = &out.manifest;
     let shown = |file: &str| dir.join(file).display().to_string();
-    let seal = seal_status(&m.json);
+    let seal = seal_status(&out.json);
 
     for f in &m.files {
         let path = member(dir, &f.file, "the file")?;
@@ -168,10 +192,12 @@ pub fn check(out: &OutputDir) -> Result<()> {
         );
     };
     let expected = crate::write::schema(dtype);
-    let validation = m.json.get("validation").filter(|v| !v.is_null());
+    let validation = m.validation.as_ref();
     // With a split: each row's split key and source, in order (16 bytes a row).
     let mut split_rows: Vec<(u64, String)> = Vec::new();
-    let split_seed = validation.map(|v| v["seed"].as_u64().unwrap_or_default());
+    let split_seed = validation.map(|v| v.seed);
+    let no_groups = split::Groups::new();
+    let groups = validation.map_or(&no_groups, |v| &v.groups);
     for s in &m.shards {
         let path = member(dir, &s.file, "the shard")?;
         let read = read_shard(&path, true, |batch| {
@@ -186,7 +212,7 @@ pub fn check(out: &OutputDir) -> Result<()> {
                 bail!("`{}` has no `source` column of strings", path.display());
             };
             for (id, source) in ids.iter().zip(sources.iter()) {
-                let key = split::conversation_key(seed, split::conversation_of(id.unwrap_or("")));
+                let key = split::conversation_key(seed, split::unit_of(groups, id.unwrap_or("")));
                 split_rows.push((key, source.unwrap_or("").to_owned()));
             }
             Ok(())
@@ -277,11 +303,12 @@ pub fn check(out: &OutputDir) -> Result<()> {
             m.rows
         );
     }
-    check_accounting(&m.json, m.rows)
+    check_accounting(&m.sources, m.rows)
         .map_err(|e| anyhow::anyhow!("`{}`: {e}", shown("manifest.json")))?;
     if let Some(validation) = validation {
         check_split(validation, &split_rows)
             .map_err(|e| anyhow::anyhow!("`{}`: validation: {e}", shown("manifest.json")))?;
+        check_validation_dataset(out, validation, dtype)?;
     }
 
     let build_id = recorded_build_id(out)?;
@@ -294,6 +321,79 @@ pub fn check(out: &OutputDir) -> Result<()> {
         );
     }
     seal.map_err(|e| anyhow::anyhow!("`{}`: {e}", shown("manifest.json")))
+}
+
+/// With a split: the training shards in the directory and the validation shards in its
+/// `validation/` folder, which is a dataset of its own: its `state.json` lists exactly those
+/// shards with their fingerprint, and its `dataset_info.json` has the dataset's features.
+fn check_validation_dataset(
+    out: &OutputDir,
+    recorded: &Validation,
+    dtype: crate::tokenize::mask_config::MaskDtype,
+) -> Result<()> {
+    let (dir, m) = (&out.path, &out.manifest);
+    let prefix = format!("{VALIDATION_DIR}/");
+    let (validation, train): (Vec<_>, Vec<_>) =
+        m.shards.iter().partition(|s| s.file.starts_with(&prefix));
+    if let Some(i) = m.shards.iter().position(|s| s.file.starts_with(&prefix)) {
+        if m.shards[i..].iter().any(|s| !s.file.starts_with(&prefix)) {
+            bail!(
+                "`{}` lists a training shard after a validation shard",
+                dir.join("manifest.json").display()
+            );
+        }
+    }
+    let total = |shards: &[&crate::write::ShardSummary]| shards.iter().map(|s| s.rows).sum::<u64>();
+    if total(&train) != recorded.total.train_rows
+        || total(&validation) != recorded.total.validation_rows
+    {
+        bail!(
+            "`{}`: the shards hold {} training and {} validation rows (`{VALIDATION_DIR}/`); the manifest records {} and {}",
+            dir.join("manifest.json").display(),
+            total(&train),
+            total(&validation),
+            recorded.total.train_rows,
+            recorded.total.validation_rows
+        );
+    }
+    let info = member(dir, &format!("{prefix}dataset_info.json"), "the file")?;
+    if read_json(&info)?["features"] != crate::write::features(dtype) {
+        bail!(
+            "`{}`: the features differ from the dataset's",
+            info.display()
+        );
+    }
+    let state_path = member(dir, &format!("{prefix}state.json"), "the file")?;
+    let state = read_json(&state_path)?;
+    let listed: Vec<&str> = state["_data_files"]
+        .as_array()
+        .map(|files| {
+            files
+                .iter()
+                .filter_map(|f| f["filename"].as_str())
+                .collect()
+        })
+        .unwrap_or_default();
+    let names: Vec<&str> = validation
+        .iter()
+        .map(|s| s.file.strip_prefix(&prefix).unwrap_or(&s.file))
+        .collect();
+    if listed != names {
+        bail!(
+            "`{}` lists the shards {listed:?}; the manifest lists {names:?} in `{VALIDATION_DIR}/`",
+            state_path.display()
+        );
+    }
+    let sha = identity::dataset_sha256(validation.iter().map(|s| s.sha256.as_str()));
+    let fingerprint = &sha[..identity::FINGERPRINT_CHARS];
+    if state["_fingerprint"].as_str() != Some(fingerprint) {
+        bail!(
+            "`{}`: _fingerprint is {}, not {fingerprint} (from the validation shards' hashes)",
+            state_path.display(),
+            state["_fingerprint"]
+        );
+    }
+    Ok(())
 }
 
 /// Whether the manifest's seal matches its content (see [`crate::write::manifest`]).
@@ -316,17 +416,15 @@ fn seal_status(manifest: &Value) -> Result<(), String> {
 /// `SourceStats::balanced`), and the sources' output rows add up to the dataset's.
 /// The manifest's `validation` against the split recomputed from the rows (`(split key,
 /// source)` in order): the same conversations chosen, all of them in the tail, the same counts.
-fn check_split(validation: &Value, rows: &[(u64, String)]) -> Result<(), String> {
-    let config: split::ValidationConfig = serde_json::from_value(serde_json::json!({
-        "fraction": validation["fraction"],
-        "rows": validation["rows"],
-    }))
-    .map_err(|e| format!("unreadable settings ({e})"))?;
-    let target = config.target()?;
-    let seed = validation["seed"].as_u64().ok_or("no `seed`")?;
-    let Some(recorded) = validation["sources"].as_object() else {
-        return Err("no `sources`".to_owned());
+fn check_split(validation: &Validation, rows: &[(u64, String)]) -> Result<(), String> {
+    let config = split::ValidationConfig {
+        fraction: validation.fraction,
+        rows: validation.rows,
+        seed: Some(validation.seed),
     };
+    let target = config.target()?;
+    let seed = validation.seed;
+    let recorded = &validation.sources;
     let names: Vec<&String> = recorded.keys().collect();
     let mut conversations = vec![std::collections::HashMap::new(); names.len()];
     for (key, source) in rows {
@@ -338,27 +436,38 @@ fn check_split(validation: &Value, rows: &[(u64, String)]) -> Result<(), String>
         *conversations[s].entry(*key).or_insert(0u64) += 1;
     }
     let split = split::choose(target, seed, &conversations)?;
+    // As the manifest writes them.
+    let shown = |c: &split::SideCounts| serde_json::to_string(c).unwrap_or_default();
     for (name, counts) in names.iter().zip(&split.by_source) {
-        let counts = serde_json::to_value(counts).map_err(|e| e.to_string())?;
-        if recorded[name.as_str()] != counts {
+        if &recorded[name.as_str()] != counts {
             return Err(format!(
-                "source `{name}` records {}, but its rows give {counts}",
-                recorded[name.as_str()]
+                "source `{name}` records {}, but its rows give {}",
+                shown(&recorded[name.as_str()]),
+                shown(counts)
             ));
         }
     }
-    let total = split.total();
-    for (field, value) in [
-        ("train_rows", total.train_rows),
-        ("validation_rows", total.validation_rows),
-        ("train_conversations", total.train_conversations),
-        ("validation_conversations", total.validation_conversations),
+    let (total, written) = (split.total(), validation.total);
+    for (field, recorded, value) in [
+        ("train_rows", written.train_rows, total.train_rows),
+        (
+            "validation_rows",
+            written.validation_rows,
+            total.validation_rows,
+        ),
+        (
+            "train_conversations",
+            written.train_conversations,
+            total.train_conversations,
+        ),
+        (
+            "validation_conversations",
+            written.validation_conversations,
+            total.validation_conversations,
+        ),
     ] {
-        if validation[field].as_u64() != Some(value) {
-            return Err(format!(
-                "{field} is {}, but the rows give {value}",
-                validation[field]
-            ));
+        if recorded != value {
+            return Err(format!("{field} is {recorded}, but the rows give {value}"));
         }
     }
     let train = total.train_rows;
@@ -369,7 +478,7 @@ fn check_split(validation: &Value, rows: &[(u64, String)]) -> Result<(), String>
             if i as u64 >= train { "validation" } else { "training" },
         ));
     }
-    let ratio = validation["train_data_ratio"].as_f64().unwrap_or(0.0);
+    let ratio = validation.train_data_ratio;
     if (rows.len() as f64 * ratio).floor() as u64 != train {
         return Err(format!(
             "train_data_ratio {ratio} does not split {} rows after the {train} training rows",
@@ -379,33 +488,27 @@ fn check_split(validation: &Value, rows: &[(u64, String)]) -> Result<(), String>
     Ok(())
 }
 
-fn check_accounting(manifest: &Value, rows: u64) -> Result<(), String> {
-    let Some(sources) = manifest["sources"].as_object() else {
-        return Err("no `sources`".to_owned());
-    };
+fn check_accounting(
+    sources: &indexmap::IndexMap<String, crate::model::stats::SourceStats>,
+    rows: u64,
+) -> Result<(), String> {
     let mut total_rows = 0;
     for (name, s) in sources {
-        let n = |key: &str| s[key].as_u64().unwrap_or(0);
-        let sum = |key: &str| {
-            s[key]
-                .as_object()
-                .map_or(0, |o| o.values().filter_map(Value::as_u64).sum::<u64>())
-        };
-        // The identity of `SourceStats::balanced`, on the manifest's JSON.
-        let accounted = n("kept")
-            + sum("rejected")
-            + sum("filtered")
-            + n("deduplicated")
-            + n("near_duplicate")
-            + n("contaminated")
-            + n("sampled_out");
-        if n("read") != accounted {
+        // The identity of `SourceStats::balanced`.
+        let accounted = s.kept
+            + s.rejected.values().sum::<u64>()
+            + s.filtered.values().sum::<u64>()
+            + s.deduplicated
+            + s.near_duplicate
+            + s.contaminated
+            + s.sampled_out;
+        if s.read != accounted {
             return Err(format!(
                 "source `{name}` read {} rows but accounts for {accounted} (kept + rejected + filtered + deduplicated + near_duplicate + contaminated + sampled_out)",
-                n("read")
+                s.read
             ));
         }
-        total_rows += n("rows");
+        total_rows += s.rows;
     }
     if total_rows != rows {
         return Err(format!(
@@ -418,38 +521,29 @@ fn check_accounting(manifest: &Value, rows: u64) -> Result<(), String> {
 /// The build_id of what the manifest records (inputs, settings, lockfile) and the pipeline copy.
 fn recorded_build_id(out: &OutputDir) -> Result<String> {
     let m = &out.manifest;
-    let json = &m.json;
     let copy = member(&out.path, &m.pipeline.copy, "the pipeline copy")?;
     let yaml = fs::read(&copy).with_context(|| format!("cannot read `{}`", copy.display()))?;
     let pipeline = identity::pipeline_value(&yaml)
         .with_context(|| format!("`{}` is not YAML", copy.display()))?;
-    let text = |v: &Value| v.as_str().unwrap_or_default().to_owned();
-    let mut inputs = Vec::new();
-    for f in json["inputs"]["files"].as_array().into_iter().flatten() {
-        inputs.push(IdentityInput {
-            kind: serde_json::from_value(f["kind"].clone()).unwrap_or(InputKind::Source),
-            name: text(&f["source"]),
-            path: text(&f["path"]),
-            sha256: text(&f["sha256"]),
-        });
-    }
-    let kwargs = json["settings"]["template_kwargs"]
-        .as_object()
-        .cloned()
-        .unwrap_or_default();
-    let (tool, version) = (text(&json["tool"]["name"]), text(&json["tool"]["version"]));
-    let (template, tokenizer) = (
-        text(&json["inputs"]["template_sha256"]),
-        text(&json["inputs"]["tokenizer_sha256"]),
-    );
+    let inputs: Vec<IdentityInput> = m
+        .inputs
+        .files
+        .iter()
+        .map(|f| IdentityInput {
+            kind: f.kind,
+            name: f.source.clone(),
+            path: f.path.clone(),
+            sha256: f.sha256.clone(),
+        })
+        .collect();
     Ok(Identity {
-        tool_name: &tool,
-        tool_version: &version,
+        tool_name: &m.tool.name,
+        tool_version: &m.tool.version,
         pipeline: &pipeline,
         lock_sha256: m.pipeline.lock.as_ref().map(|l| l.sha256.as_str()),
-        template_sha256: &template,
-        template_kwargs: &kwargs,
-        tokenizer_sha256: &tokenizer,
+        template_sha256: &m.inputs.template_sha256,
+        template_kwargs: &m.settings.template_kwargs,
+        tokenizer_sha256: &m.inputs.tokenizer_sha256,
         inputs: &inputs,
     }
     .build_id())
@@ -545,12 +639,17 @@ fn rebuild(out: &OutputDir, threads: Option<usize>, printer: &Printer) -> Result
 /// Every file of `rebuilt` must be in `dir` with the same bytes. Returns how many there are.
 fn compare_dirs(dir: &Path, rebuilt: &Path) -> Result<usize> {
     let mut names = Vec::new();
-    for entry in
-        fs::read_dir(rebuilt).with_context(|| format!("cannot read `{}`", rebuilt.display()))?
-    {
-        let entry = entry.with_context(|| format!("cannot read `{}`", rebuilt.display()))?;
-        if entry.path().is_file() {
-            names.push(entry.file_name());
+    // The directory's files, and those of the validation split's folder.
+    for folder in [Path::new(""), Path::new(VALIDATION_DIR)] {
+        let at = rebuilt.join(folder);
+        if !at.is_dir() {
+            continue;
+        }
+        for entry in fs::read_dir(&at).with_context(|| format!("cannot read `{}`", at.display()))? {
+            let entry = entry.with_context(|| format!("cannot read `{}`", at.display()))?;
+            if entry.path().is_file() {
+                names.push(folder.join(entry.file_name()));
+            }
         }
     }
     names.sort();

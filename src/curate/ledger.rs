@@ -87,6 +87,9 @@ pub struct KeptWork {
     pub line: (u64, u32),
     /// Its regeneration requests (`regenerate:`), zero otherwise.
     pub regen: crate::model::stats::RegenTally,
+    /// A pre-tokenized row's id (`format: speculator`): the rows of a source that share it
+    /// are one conversation for `output.validation`'s split.
+    pub group: Option<String>,
 }
 
 /// Where one source stands.
@@ -212,6 +215,10 @@ pub struct Settled {
     pub filtered: Vec<RowNote>,
     /// `(source, turns, tool calls)` of every conversation in the output (copies included).
     pub conversations: Vec<(usize, u32, u32)>,
+    /// `source:file:row` of a kept pre-tokenized row → that of the first row (by file, then
+    /// row) of its source sharing its id, for the rows that are not the first: one
+    /// conversation for `output.validation`'s split.
+    pub groups: std::collections::BTreeMap<String, String>,
 }
 
 /// A per-row line for `rejects.jsonl` / `filtered.jsonl`.
@@ -635,6 +642,7 @@ impl Ledger {
             rejects: Vec::new(),
             filtered: Vec::new(),
             conversations: Vec::new(),
+            groups: Default::default(),
         };
         for (i, (s, a)) in self.sources.iter().zip(allocations).enumerate() {
             let mut stats = s.stats.clone();
@@ -668,10 +676,15 @@ impl Ledger {
             }
             let mut within: Vec<u32> = s.eligible[..frontier].to_vec();
             within.sort_unstable();
+            // The kept rows of each id, in (file, row) order.
+            let mut by_group: BTreeMap<&str, Vec<(u32, u64)>> = BTreeMap::new();
             for l in within {
                 let c = s.candidates[l as usize];
                 match s.work.get(&l) {
                     Some(Work::Kept(k)) => {
+                        if let Some(group) = &k.group {
+                            by_group.entry(group).or_default().push((c.file, c.row));
+                        }
                         stats.kept += 1;
                         add_kept(&mut stats, k, true);
                         settled.conversations.push((i, k.turns, k.tool_calls));
@@ -703,6 +716,16 @@ impl Ledger {
                     }
                     // Cannot happen: every row before the frontier was worked.
                     None => stats.sampled_out += 1,
+                }
+            }
+            let name = &self.selection[i].name;
+            for mut rows in by_group.into_values() {
+                rows.sort_unstable();
+                let first = format!("{name}:{}:{}", rows[0].0, rows[0].1);
+                for (file, row) in &rows[1..] {
+                    settled
+                        .groups
+                        .insert(format!("{name}:{file}:{row}"), first.clone());
                 }
             }
             for l in &s.eligible[frontier..] {

@@ -35,8 +35,9 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 /// Version of the pass file format; a journal of another version is not resumed. 4: the
-/// regeneration tally of a kept row gained `not_verbatim`.
-const FORMAT: u32 = 4;
+/// regeneration tally of a kept row gained `not_verbatim`; 5: a kept row gained its split
+/// `group`.
+const FORMAT: u32 = 5;
 
 /// Rows between two segments of a pass, unless the build says otherwise: a few seconds of work,
 /// and few enough syncs (each syncs every open spill bucket) to cost nothing measurable.

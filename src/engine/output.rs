@@ -49,6 +49,7 @@ use std::path::{Component, Path, PathBuf};
 use std::sync::Mutex;
 
 use super::journal::{Journal, ResumeKey};
+use crate::write::{VALIDATION_DIR, VALIDATION_FILES};
 
 /// Every fixed file name a build writes into its output directory, besides the shards the
 /// manifest lists. A new output file is one more line here (and then recognized and replaced).
@@ -169,13 +170,29 @@ fn read_manifest(dir: &Path) -> Result<OldManifest, String> {
             manifest.tool.name
         ));
     }
-    if let Some(bad) = manifest.shards.iter().find(|s| !is_shard_name(&s.file)) {
+    if let Some(bad) = manifest
+        .shards
+        .iter()
+        .find(|s| !is_shard_name(in_validation(&s.file).unwrap_or(&s.file)))
+    {
         return Err(format!(
             "its manifest.json lists a shard `{}` that chatshards would not have written",
             bad.file
         ));
     }
     Ok(manifest)
+}
+
+/// The name inside [`VALIDATION_DIR`] of a path `validation/NAME`.
+fn in_validation(path: &str) -> Option<&str> {
+    path.strip_prefix(VALIDATION_DIR)?.strip_prefix('/')
+}
+
+/// Whether `dir/validation` holds only files that `ours` (given `validation/NAME`) accepts.
+fn validation_is_ours(dir: &Path, ours: &dyn Fn(&str) -> bool) -> Result<bool> {
+    Ok(entries(&dir.join(VALIDATION_DIR))?
+        .iter()
+        .all(|(n, kind)| !kind.is_dir() && ours(&format!("{VALIDATION_DIR}/{n}"))))
 }
 
 /// Entry names of a directory, sorted (so messages are deterministic).
@@ -234,12 +251,24 @@ fn inspect(dir: &Path) -> Result<Existing> {
     let derived = crate::write::derived::ours(dir);
     let ours = |name: &str| {
         WRITTEN_FILES.contains(&name)
+            || VALIDATION_FILES.contains(&name)
             || manifest.shards.iter().any(|s| s.file == name)
             || derived.iter().any(|d| d == name)
     };
+    let mut foreign: Vec<String> = Vec::new();
+    for (n, kind) in &names {
+        let ok = if kind.is_dir() {
+            n == VALIDATION_DIR && validation_is_ours(dir, &ours)?
+        } else {
+            ours(n)
+        };
+        if !ok {
+            foreign.push(n.clone());
+        }
+    }
     let foreign: Vec<String> = names
         .iter()
-        .filter(|(n, kind)| !ours(n) || kind.is_dir())
+        .filter(|(n, _)| foreign.contains(n))
         .map(|(n, kind)| {
             if kind.is_dir() {
                 format!("{n}/")
@@ -266,6 +295,7 @@ fn remove_output(dir: &Path) -> Result<Vec<String>> {
     let derived = crate::write::derived::ours(dir);
     let ours = |name: &str| {
         WRITTEN_FILES.contains(&name)
+            || VALIDATION_FILES.contains(&name)
             || derived.iter().any(|d| d == name)
             || manifest
                 .as_ref()
@@ -276,7 +306,26 @@ fn remove_output(dir: &Path) -> Result<Vec<String>> {
     let mut names = entries(dir)?;
     names.sort_by_key(|(n, _)| n == "manifest.json");
     for (name, kind) in names {
-        if ours(&name) && !kind.is_dir() {
+        if kind.is_dir() && name == VALIDATION_DIR {
+            // Its files this tool wrote, then the folder if that emptied it.
+            let folder = dir.join(VALIDATION_DIR);
+            let mut kept = false;
+            for (inner, kind) in entries(&folder)? {
+                let path = folder.join(&inner);
+                if !kind.is_dir() && ours(&format!("{VALIDATION_DIR}/{inner}")) {
+                    fs::remove_file(&path)
+                        .with_context(|| format!("failed to remove `{}`", path.display()))?;
+                } else {
+                    kept = true;
+                }
+            }
+            if kept {
+                left.push(name);
+            } else {
+                fs::remove_dir(&folder)
+                    .with_context(|| format!("failed to remove `{}`", folder.display()))?;
+            }
+        } else if ours(&name) && !kind.is_dir() {
             let path = dir.join(&name);
             fs::remove_file(&path)
                 .with_context(|| format!("failed to remove `{}`", path.display()))?;
@@ -793,17 +842,25 @@ fn clear_stale_staging(staging: &Path, resume: &Resume) -> Result<bool> {
         return Ok(false);
     }
     let names = entries(staging)?;
-    let staged = names.iter().all(|(n, kind)| {
-        if kind.is_dir() {
-            n == WORK_DIR || n == OLD_SPILL_DIR
+    let shard_or_partial = |n: &str| {
+        is_shard_name(n)
+            || n.strip_prefix('.')
+                .and_then(|n| n.strip_suffix(".partial"))
+                .is_some_and(is_shard_name)
+    };
+    let staged_validation = |path: &str| {
+        VALIDATION_FILES.contains(&path) || in_validation(path).is_some_and(shard_or_partial)
+    };
+    let mut staged = true;
+    for (n, kind) in &names {
+        staged &= if kind.is_dir() {
+            n == WORK_DIR
+                || n == OLD_SPILL_DIR
+                || (n == VALIDATION_DIR && validation_is_ours(staging, &staged_validation)?)
         } else {
-            WRITTEN_FILES.contains(&n.as_str())
-                || is_shard_name(n)
-                || n.strip_prefix('.')
-                    .and_then(|n| n.strip_suffix(".partial"))
-                    .is_some_and(is_shard_name)
-        }
-    });
+            WRITTEN_FILES.contains(&n.as_str()) || shard_or_partial(n)
+        };
+    }
     if staged {
         if let Resume::IfSame(key) = resume {
             let journal = staging.join(WORK_DIR).join(JOURNAL);

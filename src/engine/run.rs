@@ -752,9 +752,10 @@ impl Context<'_> {
     fn prepare_work(&self, index: usize, raw: RawRow) -> Result<PreparedRow, Skip> {
         let Adapter::Speculator(a) = &self.plan.sources[index].adapter else {
             let (conversation, repairs) = self.prepare(index, raw)?;
-            return Ok((conversation, repairs, Vec::new()));
+            return Ok((conversation, repairs, Vec::new(), None));
         };
         let row = a.read(raw.record, self.processor.tokenizer.bytes.vocab_size())?;
+        let group = row.group;
         let row = Tokenized {
             segment: 0,
             text: String::new(),
@@ -764,7 +765,7 @@ impl Context<'_> {
             boundary_merged: false,
             origin: crate::tokenize::Origin::Reference,
         };
-        Ok((Conversation::default(), Repairs::new(), vec![row]))
+        Ok((Conversation::default(), Repairs::new(), vec![row], group))
     }
 
     fn prepare(&self, index: usize, raw: RawRow) -> Result<(Conversation, Repairs), Skip> {
@@ -885,11 +886,13 @@ impl Context<'_> {
         });
         let mut rows = Vec::with_capacity(prepared.len());
         let mut conversations = Vec::with_capacity(prepared.len());
+        let mut groups = Vec::with_capacity(prepared.len());
         for (file, row, prepared) in prepared {
             match prepared {
-                Ok((conversation, repairs, tokens)) => {
+                Ok((conversation, repairs, tokens, group)) => {
                     let id = self.sample_id(index, file, row);
                     let checks = self.processor.spot_checks(&id);
+                    groups.push(group);
                     conversations.push((conversation, repairs, checks, tokens));
                     rows.push((file, row, Ok(conversations.len() - 1)));
                 }
@@ -942,8 +945,9 @@ impl Context<'_> {
             .zip(checked)
             .zip(conversations)
             .zip(tallies)
+            .zip(groups)
             .map(
-                |(((outcome, checked), (conversation, repairs, ..)), regen)| {
+                |((((outcome, checked), (conversation, repairs, ..)), regen), group)| {
                     let (outcome, token_filtered) = match outcome {
                         Outcome::Kept(rows) => match self.curator.token_filters(index, rows) {
                             Ok(rows) => (Outcome::Kept(rows), None),
@@ -958,6 +962,7 @@ impl Context<'_> {
                         repairs,
                         checked,
                         regen,
+                        group,
                     )
                 },
             )
@@ -969,7 +974,7 @@ impl Context<'_> {
             )
             .map(
                 |(
-                    (outcome, token_filtered, conversation, repairs, checked, regen),
+                    (outcome, token_filtered, conversation, repairs, checked, regen, group),
                     (file, row),
                 )| {
                     let outcome = match outcome {
@@ -983,6 +988,7 @@ impl Context<'_> {
                                 &repairs,
                                 checked,
                                 rows,
+                                group,
                             ))
                         }
                         Outcome::Kept(_) => Outcome::Kept(Vec::new()),
@@ -1024,6 +1030,7 @@ impl Context<'_> {
         repairs: &Repairs,
         checked: SpotChecks,
         rows: Vec<Tokenized>,
+        group: Option<String>,
     ) -> Vec<KeptCopy> {
         let source = &self.plan.sources[index];
         let id = self.sample_id(index, file, row);
@@ -1034,6 +1041,7 @@ impl Context<'_> {
             tool_calls: u32::try_from(tool_calls).unwrap_or(u32::MAX),
             encoder_checked: checked.encoder,
             renderer_checked: checked.renderer,
+            group,
             ..Default::default()
         };
         let mut seen = Vec::new();
@@ -1419,7 +1427,9 @@ fn copies_of(wanted: &[Wanted], file: u32, row: u64) -> Vec<u32> {
 
 /// A work pass's row before tokenizing: its conversation and repairs, and the rows it comes
 /// with already (a pre-tokenized source's; none for a conversation to render).
-type PreparedRow = (Conversation, Repairs, Vec<Tokenized>);
+/// A row made ready for the work pass: its conversation, repairs, its rows when they need no
+/// rendering, and its split group (a pre-tokenized row's id).
+type PreparedRow = (Conversation, Repairs, Vec<Tokenized>, Option<String>);
 
 /// The scan's record of a row that was not prepared.
 fn skip_row(skip: Skip) -> ScanRow {

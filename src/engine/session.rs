@@ -346,6 +346,7 @@ fn build(
             mask_dtype: plan.mask.dtype,
             excluded: &settled.excluded,
             validation: plan.validation,
+            groups: &settled.groups,
             written: Some(&|rows: u64| progress.shard_rows(rows)),
         };
         progress.shards_started(total_rows);
@@ -385,8 +386,36 @@ fn build(
         &staging.join("state.json"),
         &write::state_json(&shard_files, &dataset_sha256[..identity::FINGERPRINT_CHARS]),
     )?;
+    let validation_shards: Vec<&crate::write::ShardSummary> = shards
+        .iter()
+        .filter(|s| s.file.starts_with(&format!("{}/", write::VALIDATION_DIR)))
+        .collect();
+    if !validation_shards.is_empty() {
+        // The validation rows' own dataset (`write::VALIDATION_DIR`), listing the same shards.
+        let folder = staging.join(write::VALIDATION_DIR);
+        write_file(
+            &folder.join("dataset_info.json"),
+            &write::dataset_info_json(
+                &format!("{} validation split (built by chatshards)", plan.name),
+                plan.mask.dtype,
+            ),
+        )?;
+        let names: Vec<String> = validation_shards
+            .iter()
+            .map(|s| s.file.rsplit('/').next().unwrap_or(&s.file).to_owned())
+            .collect();
+        let sha = identity::dataset_sha256(validation_shards.iter().map(|s| s.sha256.as_str()));
+        write_file(
+            &folder.join("state.json"),
+            &write::state_json(&names, &sha[..identity::FINGERPRINT_CHARS]),
+        )?;
+    }
     let pipeline = record_pipeline(plan, out, &staging)?;
-    let files = summarize_files(&staging, side_files)?;
+    let mut files = summarize_files(&staging, side_files)?;
+    if !validation_shards.is_empty() {
+        files.extend(summarize(&staging, write::VALIDATION_FILES)?);
+        files.sort_by(|a, b| a.file.cmp(&b.file));
+    }
     let mut manifest = manifest(
         plan,
         Outputs {
@@ -412,7 +441,7 @@ fn build(
         printer.info(summary);
     }
     if let (Some(split), Some((target, _))) = (&split, plan.validation) {
-        manifest.validation = Some(validation_record(plan, target, split));
+        manifest.validation = Some(validation_record(plan, target, split, &settled.groups));
     }
     let manifest_json = write::pretty(&write::manifest::sealed(serde_json::to_value(&manifest)?));
     write_file(&staging.join("manifest.json"), &manifest_json)?;
@@ -457,7 +486,7 @@ fn build(
 /// Puts in place the dataset an interrupted build finished but did not swap in.
 fn swap_finished(output: engine::output::Output, printer: &Printer) -> Result<()> {
     let path = output.staging().join("manifest.json");
-    let manifest: serde_json::Value = fs::read(&path)
+    let manifest: write::manifest::Recorded = fs::read(&path)
         .ok()
         .and_then(|bytes| serde_json::from_slice(&bytes).ok())
         .with_context(|| format!("failed to read `{}`", path.display()))?;
@@ -469,14 +498,13 @@ fn swap_finished(output: engine::output::Output, printer: &Printer) -> Result<()
     output.commit()?;
     printer.info(&format!(
         "wrote {} rows in {} shard(s) to `{}`",
-        manifest["rows"],
-        manifest["shards"].as_array().map_or(0, Vec::len),
+        manifest.rows,
+        manifest.shards.len(),
         dir.display()
     ));
     printer.info(&format!(
         "build_id {}, dataset_sha256 {}",
-        manifest["build_id"].as_str().unwrap_or_default(),
-        manifest["dataset_sha256"].as_str().unwrap_or_default()
+        manifest.build_id, manifest.dataset_sha256
     ));
     Ok(())
 }
@@ -518,7 +546,7 @@ pub fn resume_key(plan: &Plan, hashed: Option<&[InputFile]>) -> Result<ResumeKey
         );
     }
     Ok(ResumeKey {
-        tool_version: Tool::current().version.to_owned(),
+        tool_version: Tool::current().version,
         pipeline,
         lock_sha256: plan.lock.as_ref().map(|l| l.sha256.clone()),
         template_sha256: plan.template.sha256.clone(),
@@ -766,6 +794,7 @@ fn validation_record(
     plan: &Plan,
     target: crate::model::split::Target,
     split: &crate::model::split::Split,
+    groups: &crate::model::split::Groups,
 ) -> write::manifest::Validation {
     use crate::model::split::{train_data_ratio, Target};
     let total = split.total();
@@ -790,6 +819,7 @@ fn validation_record(
             .map(|s| s.name.clone())
             .zip(split.by_source.iter().copied())
             .collect(),
+        groups: groups.clone(),
     }
 }
 
@@ -895,8 +925,8 @@ pub fn build_id(plan: &Plan, files: &[InputFile]) -> Result<String> {
         .collect();
     let tool = Tool::current();
     Ok(Identity {
-        tool_name: tool.name,
-        tool_version: tool.version,
+        tool_name: &tool.name,
+        tool_version: &tool.version,
         pipeline: &pipeline,
         lock_sha256: plan.lock.as_ref().map(|l| l.sha256.as_str()),
         template_sha256: &plan.template.sha256,

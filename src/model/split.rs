@@ -9,7 +9,7 @@
 //! kept rows' ids, never on arrival order, threads or parts.
 
 use serde::{Deserialize, Serialize};
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use xxhash_rust::xxh3::xxh3_64_with_seed;
 
 /// `output.validation` as written in the YAML: `fraction` or `rows`, and an optional seed
@@ -52,6 +52,18 @@ pub fn conversation_of(sample_id: &str) -> &str {
     sample_id.rsplit_once(':').map_or(sample_id, |(c, _)| c)
 }
 
+/// Conversation ids that belong to another's group (pre-tokenized rows sharing an id, see
+/// `Settled::groups` of the ledger) → that conversation's id.
+pub type Groups = BTreeMap<String, String>;
+
+/// The split unit of a row: its conversation, or the first conversation of its group.
+pub fn unit_of<'a>(groups: &'a Groups, sample_id: &'a str) -> &'a str {
+    let conversation = conversation_of(sample_id);
+    groups
+        .get(conversation)
+        .map_or(conversation, String::as_str)
+}
+
 /// The split key of a conversation: xxh3-64 with `seed` over the length-prefixed tag
 /// `validation` and the id (the encoding of `curate::select`'s keys).
 pub fn conversation_key(seed: u64, conversation: &str) -> u64 {
@@ -64,7 +76,7 @@ pub fn conversation_key(seed: u64, conversation: &str) -> u64 {
 }
 
 /// Rows and conversations on each side, for one source or all.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SideCounts {
     pub train_rows: u64,
     pub validation_rows: u64,
@@ -82,8 +94,8 @@ pub struct Split {
 
 impl Split {
     /// Whether the row `sample_id` is a validation row.
-    pub fn is_validation(&self, sample_id: &str) -> bool {
-        self.is_chosen(conversation_key(self.seed, conversation_of(sample_id)))
+    pub fn is_validation(&self, groups: &Groups, sample_id: &str) -> bool {
+        self.is_chosen(conversation_key(self.seed, unit_of(groups, sample_id)))
     }
 
     /// Whether the conversation of split key `key` is a validation conversation.
@@ -268,8 +280,12 @@ mod tests {
             .expect_err("too few")
             .contains("chose no rows"));
         // Every row of a conversation goes one way, copies and segments alike.
-        let one = split.is_validation("a:0:3:0");
-        assert_eq!(split.is_validation("a:0:3:1#2"), one);
+        let none = Groups::new();
+        let one = split.is_validation(&none, "a:0:3:0");
+        assert_eq!(split.is_validation(&none, "a:0:3:1#2"), one);
+        // A row grouped with another conversation goes its way.
+        let groups = Groups::from([("a:0:9".to_owned(), "a:0:3".to_owned())]);
+        assert_eq!(split.is_validation(&groups, "a:0:9:0"), one);
     }
 
     #[test]

@@ -7,7 +7,9 @@ use std::ops::AddAssign;
 
 /// What happened to one source's rows. Source rows are accounted, not output rows: a
 /// conversation that `expand`s into three rows is one `kept` source row and three `rows`.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+/// Read back from a manifest (`verify`), a counter an older version did not write is zero.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(default)]
 pub struct SourceStats {
     pub read: u64,
     pub kept: u64,

@@ -50,3 +50,12 @@ pub fn state_json(files: &[String], fingerprint: &str) -> String {
 pub fn shard_name(index: usize, count: usize) -> String {
     format!("data-{index:05}-of-{count:05}.arrow")
 }
+
+/// The folder of the validation rows' own dataset (`output.validation`): its shards, and a
+/// `state.json` and `dataset_info.json` listing them, so that `load_from_disk(OUT/validation)`
+/// gives the validation split. The output directory's `state.json` lists the same shards as
+/// `validation/data-…` after the training shards: one copy of the bytes, two datasets.
+pub const VALIDATION_DIR: &str = "validation";
+
+/// The files of [`VALIDATION_DIR`] besides its shards.
+pub const VALIDATION_FILES: &[&str] = &["validation/state.json", "validation/dataset_info.json"];

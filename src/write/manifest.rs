@@ -13,6 +13,7 @@ use super::ShardSummary;
 use crate::report::SourceStats;
 use indexmap::IndexMap;
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 
 #[derive(Debug, Serialize)]
 pub struct Manifest {
@@ -44,6 +45,35 @@ pub struct Manifest {
     pub shards: Vec<ShardSummary>,
     /// Every other file of the output directory except this manifest, with its hash.
     pub files: Vec<FileSummary>,
+}
+
+/// `manifest.json` read back (`verify`, `diff`): the members of [`Manifest`] that are checked
+/// against the directory and recomputed, through the same types. Members it does not name (the
+/// encoder and renderer reports, the mix, regeneration, most settings, and whatever a newer
+/// version adds) are not read: the seal covers them, over the JSON text. Counters and optional
+/// members an older manifest lacks read as zero / absent; a value of the wrong type, or an
+/// unknown reject or repair code, makes the manifest unreadable (named as such).
+#[derive(Debug, Deserialize)]
+pub struct Recorded {
+    pub tool: Tool,
+    pub build_id: String,
+    pub dataset_sha256: String,
+    pub pipeline: PipelineRecord,
+    pub inputs: Inputs,
+    pub settings: RecordedSettings,
+    pub rows: u64,
+    pub sources: IndexMap<String, SourceStats>,
+    #[serde(default)]
+    pub validation: Option<Validation>,
+    pub shards: Vec<ShardSummary>,
+    pub files: Vec<FileSummary>,
+}
+
+/// The settings `build_id` is recomputed from (the others are in the pipeline copy).
+#[derive(Debug, Deserialize)]
+pub struct RecordedSettings {
+    #[serde(default)]
+    pub template_kwargs: serde_json::Map<String, serde_json::Value>,
 }
 
 /// The manifest's member that holds the hash of the rest (see the module's documentation).
@@ -111,11 +141,11 @@ pub struct Mix {
 
 /// The grouped train/validation split: the shards hold `train_rows` training rows, then the
 /// `validation_rows` rows of the validation conversations.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, Deserialize)]
 pub struct Validation {
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fraction: Option<f64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rows: Option<u64>,
     pub seed: u64,
     /// speculators' `--train-data-ratio`: `int(rows * ratio)` is exactly `train_rows`.
@@ -124,35 +154,39 @@ pub struct Validation {
     pub total: crate::model::split::SideCounts,
     /// By source, in plan order.
     pub sources: IndexMap<String, crate::model::split::SideCounts>,
+    /// Pre-tokenized rows' conversations split with the first of their id
+    /// ([`crate::model::split::Groups`]); absent when none share an id.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub groups: crate::model::split::Groups,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, Deserialize)]
 pub struct Tool {
-    pub name: &'static str,
-    pub version: &'static str,
+    pub name: String,
+    pub version: String,
 }
 
 impl Tool {
     pub fn current() -> Self {
         Tool {
-            name: env!("CARGO_PKG_NAME"),
-            version: env!("CARGO_PKG_VERSION"),
+            name: env!("CARGO_PKG_NAME").to_owned(),
+            version: env!("CARGO_PKG_VERSION").to_owned(),
         }
     }
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, Deserialize)]
 pub struct Inputs {
     pub pipeline_sha256: String,
     pub template_sha256: String,
     pub tokenizer_sha256: String,
     /// Hub files pinned to their commits (tokenizer, template and sources read from the Hub).
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub hub: Vec<HubInput>,
     pub files: Vec<InputFile>,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, Deserialize)]
 pub struct HubInput {
     pub repo: String,
     pub kind: String,
@@ -163,7 +197,7 @@ pub struct HubInput {
     pub sha256: String,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct InputFile {
     pub kind: InputKind,
     pub source: String,

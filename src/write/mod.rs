@@ -14,7 +14,9 @@ mod shards;
 mod spill;
 
 use crate::model::nofollow;
-pub use dataset::{dataset_info_json, features, pretty, shard_name, state_json};
+pub use dataset::{
+    dataset_info_json, features, pretty, shard_name, state_json, VALIDATION_DIR, VALIDATION_FILES,
+};
 pub use direct::OutputFile;
 pub use shard::{
     schema, BatchBuilder, ShardEncoder, ShardSummary, ShardWriter, BATCH_ROWS as SHARD_BATCH_ROWS,

@@ -241,7 +241,9 @@ pub struct ShardWriter {
 impl ShardWriter {
     pub fn create(dir: &Path, name: String) -> Result<Self, WriteError> {
         let path = dir.join(&name);
-        let temp = dir.join(format!(".{name}.partial"));
+        // Beside the shard, in its own folder (`validation/` for a validation shard).
+        let (folder, file) = name.rsplit_once('/').unwrap_or(("", &name));
+        let temp = dir.join(folder).join(format!(".{file}.partial"));
         let mut file = OutputFile::create(&temp).map_err(|e| WriteError::Io(temp.clone(), e))?;
         file.early_writeback();
         Ok(ShardWriter {

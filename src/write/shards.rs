@@ -45,8 +45,31 @@ pub struct ShardLayout<'a> {
     /// `output.validation`'s target and seed: the validation conversations' rows are written
     /// after all the training rows (each side in key order).
     pub validation: Option<(Target, u64)>,
+    /// Conversations split as one with another (pre-tokenized rows sharing an id).
+    pub groups: &'a split::Groups,
     /// Told the rows of each batch written (the build's progress).
     pub written: Option<&'a (dyn Fn(u64) + Sync)>,
+}
+
+/// One side's pass over the spill and its run of shards.
+struct Pass {
+    /// `None`: no split; else whether the pass writes the validation rows.
+    side: Option<bool>,
+    rows: u64,
+    /// The output shard index of its first shard, and how many it writes.
+    first_shard: usize,
+    shards: usize,
+}
+
+impl Pass {
+    fn new(side: Option<bool>, rows: u64, rows_per_shard: usize, first_shard: usize) -> Pass {
+        Pass {
+            side,
+            rows,
+            first_shard,
+            shards: rows.div_ceil(rows_per_shard as u64) as usize,
+        }
+    }
 }
 
 /// The rows of one record batch: (bucket, row in it) in output order.
@@ -89,9 +112,9 @@ fn write_windowed(
         mask_dtype,
         excluded,
         validation,
+        groups,
         written,
     } = *layout;
-    let count = total_rows.div_ceil(rows_per_shard as u64) as usize;
     let buckets = spill.finish()?;
     // Rows tokenized but not selected (CURATION.md): `source:file:row` of the
     // `source:file:row:segment` id.
@@ -99,21 +122,48 @@ fn write_windowed(
     let split = match validation {
         None => None,
         Some((target, seed)) => {
-            let conversations = conversation_rows(&buckets, &kept, seed, sources.len(), pool)?;
+            let conversations =
+                conversation_rows(&buckets, &kept, groups, seed, sources.len(), pool)?;
             Some(split::choose(target, seed, &conversations).map_err(|e| anyhow!(e))?)
         }
     };
-    // One pass over the buckets per side (whether its rows are validation rows), the shards
-    // running on from one to the next.
-    let passes: &[Option<bool>] = match &split {
-        None => &[None],
-        Some(_) => &[Some(false), Some(true)],
+    // One pass over the buckets per side (whether its rows are validation rows), each side
+    // its own run of shards: the training shards, then the validation shards in their folder.
+    let passes: Vec<Pass> = match &split {
+        None => vec![Pass::new(None, total_rows, rows_per_shard, 0)],
+        Some(split) => {
+            let t = split.total();
+            let train = Pass::new(Some(false), t.train_rows, rows_per_shard, 0);
+            let first = train.first_shard + train.shards;
+            vec![
+                train,
+                Pass::new(Some(true), t.validation_rows, rows_per_shard, first),
+            ]
+        }
     };
+    let count: usize = passes.iter().map(|p| p.shards).sum();
+    let passes = &passes;
+    // The file of output shard `shard` (numbered across the sides).
+    let name = move |shard: usize| {
+        let pass = passes
+            .iter()
+            .find(|p| shard < p.first_shard + p.shards)
+            .unwrap_or(&passes[passes.len() - 1]);
+        let file = shard_name(shard - pass.first_shard, pass.shards);
+        match pass.side {
+            Some(true) => format!("{}/{file}", super::VALIDATION_DIR),
+            _ => file,
+        }
+    };
+    if passes.iter().any(|p| p.side == Some(true)) {
+        let folder = dir.join(super::VALIDATION_DIR);
+        std::fs::create_dir(&folder).map_err(|e| WriteError::Io(folder, e))?;
+    }
     let chosen = &split;
     let keep = move |side: Option<bool>, id: &str| {
         kept(id)
             && match (side, chosen) {
-                (Some(validation), Some(split)) => split.is_validation(id) == validation,
+                (Some(validation), Some(split)) => split.is_validation(groups, id) == validation,
                 _ => true,
             }
     };
@@ -130,7 +180,7 @@ fn write_windowed(
         planner
             .spawn_scoped(scope, move || {
                 let arrow_err = |shard: usize, message: String| WriteError::Arrow {
-                    path: dir.join(shard_name(shard, count)),
+                    path: dir.join(name(shard)),
                     message,
                 };
                 let fail = |shard: usize, e: WriteError| {
@@ -141,15 +191,22 @@ fn write_windowed(
                         ends_shard: false,
                     });
                 };
-                let (mut shard, mut in_shard, mut seen) = (0usize, 0usize, 0u64);
+                let (mut shard, mut in_shard) = (0usize, 0usize);
                 let mut batch_in_shard = 0usize;
                 // Rows of a batch not full at the end of a window: it goes on in the next.
                 let mut pending: Vec<(Arc<Bucket>, usize)> = Vec::new();
                 let windows = windows(&buckets, window_bytes);
-                for (&side, window) in passes
+                // Rows written of the current side (a side's last row ends its last shard).
+                let (mut seen, mut in_pass) = (0u64, 0usize);
+                for (index, pass, window) in passes
                     .iter()
-                    .flat_map(|side| windows.iter().map(move |w| (side, w)))
+                    .enumerate()
+                    .flat_map(|(i, pass)| windows.iter().map(move |w| (i, pass, w)))
                 {
+                    let side = pass.side;
+                    if index != in_pass {
+                        (in_pass, seen) = (index, 0);
+                    }
                     let loaded: Vec<Result<Bucket, WriteError>> = pool.install(|| {
                         window
                             .par_iter()
@@ -170,7 +227,7 @@ fn write_windowed(
                             pending.push((Arc::clone(&bucket), i));
                             in_shard += 1;
                             seen += 1;
-                            let ends_shard = in_shard == rows_per_shard || seen == total_rows;
+                            let ends_shard = in_shard == rows_per_shard || seen == pass.rows;
                             if pending.len() < SHARD_BATCH_ROWS && !ends_shard {
                                 continue;
                             }
@@ -224,7 +281,7 @@ fn write_windowed(
             let bytes = bytes?;
             let writer = match current.as_mut() {
                 Some(w) => w,
-                None => current.insert(ShardWriter::create(dir, shard_name(shard, count))?),
+                None => current.insert(ShardWriter::create(dir, name(shard))?),
             };
             writer.append(bytes, rows)?;
             if let Some(written) = written {
@@ -269,6 +326,7 @@ fn write_windowed(
 fn conversation_rows(
     buckets: &[SpilledBucket],
     kept: &(dyn Fn(&str) -> bool + Sync),
+    groups: &split::Groups,
     seed: u64,
     sources: usize,
     pool: &rayon::ThreadPool,
@@ -284,7 +342,7 @@ fn conversation_rows(
                     if !kept(row.sample_id) {
                         continue;
                     }
-                    let key = split::conversation_key(seed, split::conversation_of(row.sample_id));
+                    let key = split::conversation_key(seed, split::unit_of(groups, row.sample_id));
                     if let Some(source) = counts.get_mut(usize::from(row.source)) {
                         *source.entry(key).or_insert(0) += 1;
                     }
@@ -398,6 +456,7 @@ mod tests {
                 mask_dtype: Default::default(),
                 excluded: &excluded,
                 validation: None,
+                groups: &Default::default(),
                 written: None,
             };
             let pool = rayon::ThreadPoolBuilder::new()
@@ -471,6 +530,7 @@ mod tests {
                 mask_dtype: Default::default(),
                 excluded: &excluded,
                 validation: None,
+                groups: &Default::default(),
                 written: None,
             };
             let pool = rayon::ThreadPoolBuilder::new()

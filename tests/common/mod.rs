@@ -53,18 +53,22 @@ pub fn project(dir: &Path, mix: &str) -> PathBuf {
     p
 }
 
-/// Every file of a directory, by name (none of the outputs are directories).
+/// Every file of a directory, by name (`validation/NAME` for the one folder an output can have).
 pub fn snapshot(dir: &Path) -> BTreeMap<String, Vec<u8>> {
-    std::fs::read_dir(dir)
-        .expect("output dir")
-        .map(|e| {
-            let e = e.expect("entry");
-            (
-                e.file_name().to_string_lossy().into_owned(),
-                std::fs::read(e.path()).expect("read"),
-            )
-        })
-        .collect()
+    let mut files = BTreeMap::new();
+    for e in std::fs::read_dir(dir).expect("output dir") {
+        let e = e.expect("entry");
+        let name = e.file_name().to_string_lossy().into_owned();
+        if e.path().is_dir() {
+            // A folder of the output (`validation/`): its files as `folder/name`.
+            for (inner, bytes) in snapshot(&e.path()) {
+                files.insert(format!("{name}/{inner}"), bytes);
+            }
+        } else {
+            files.insert(name, std::fs::read(e.path()).expect("read"));
+        }
+    }
+    files
 }
 
 /// Every row of the output's shards: sample id → (ids, mask).

@@ -7,6 +7,8 @@ Reads DIR only through `datasets` and the manifest (never our Rust code) and che
   * `datasets.load_from_disk(DIR)` loads every row (on a copy with _format_type null when torch
     is not installed), and `ds.select(range(train_rows))` / `ds.select(range(train_rows, len(ds)))`
     are the two splits;
+  * `datasets.load_from_disk(DIR/validation)` loads the validation split on its own: the same rows,
+    in the same order, as the tail of DIR (whose `state.json` lists the same shard files: no copy);
   * no conversation (`source:file:row` of `sample_id`, copies `#j` included) has rows on both sides;
   * the rows and conversations per source and split equal the manifest's `validation`;
   * speculators' own split expression, `int(len(ds) * train_data_ratio)`, is exactly `train_rows`.
@@ -26,18 +28,20 @@ def fail(message):
     sys.exit(f"check_validation: FAIL {message}")
 
 
-def load(d):
+def load(d, inner=""):
+    """`load_from_disk(d / inner)`."""
     try:
-        return datasets.load_from_disk(str(d))
+        return datasets.load_from_disk(str(d / inner))
     except Exception as e:  # torch not installed: the state asks for the torch format
         if "torch" not in str(e).lower():
             raise
     tmp = Path(tempfile.mkdtemp(prefix="check-validation-"))
     copy = tmp / "ds"
     shutil.copytree(d, copy)
-    state = json.loads((copy / "state.json").read_text())
-    (copy / "state.json").write_text(json.dumps({**state, "_format_type": None}))
-    return datasets.load_from_disk(str(copy))
+    for state_path in (copy / "state.json", copy / "validation" / "state.json"):
+        state = json.loads(state_path.read_text())
+        state_path.write_text(json.dumps({**state, "_format_type": None}))
+    return datasets.load_from_disk(str(copy / inner))
 
 
 def main():
@@ -56,6 +60,15 @@ def main():
         fail(f"int({n} * {v['train_data_ratio']}) = {int(n * v['train_data_ratio'])}, not {train_rows}")
     train = ds.select(range(train_rows))
     val = ds.select(range(train_rows, n))
+    own = load(d, "validation").with_format(None)
+    if own["sample_id"] != val["sample_id"] or own["input_ids"] != val["input_ids"]:
+        fail(f"{d}/validation ({len(own)} rows) is not the tail of {d} ({len(val)} rows)")
+    state = json.loads((d / "state.json").read_text())
+    listed = [f["filename"] for f in state["_data_files"]]
+    own_listed = ["validation/" + f["filename"]
+                  for f in json.loads((d / "validation" / "state.json").read_text())["_data_files"]]
+    if listed[len(listed) - len(own_listed):] != own_listed or any("/" in f for f in listed[:len(listed) - len(own_listed)]):
+        fail(f"{d}/state.json lists {listed}, not the training shards and then {own_listed}")
 
     def conversation(sample_id):
         return sample_id.rsplit(":", 1)[0]
@@ -76,6 +89,7 @@ def main():
         if v["sources"].get(source) != got:
             fail(f"source `{source}`: the rows give {got}, the manifest records {v['sources'].get(source)}")
     print(f"check_validation: OK {len(train)} training rows, {len(val)} validation rows "
+          f"(also loaded alone from {d}/validation) "
           f"({v['validation_conversations']} conversations) in the tail, no conversation on both sides, "
           f"int({n} * {v['train_data_ratio']}) = {train_rows}")
 
