@@ -31,7 +31,7 @@ fn build(dir: &Path, tokenizer: &str) -> String {
     )
     .expect("rows");
     let yaml = format!(
-        "name: examples\nmin_supervised_tokens: 1\nmin_keep: 0\n{tokenizer}sources:\n  - {{name: a, files: [a.jsonl], format: openai}}\n  - {{name: b, files: [b.jsonl], format: openai}}\noutput: {{dir: out}}\n"
+        "name: examples\nmin_supervised_tokens: 1\nmin_keep: 0\n{tokenizer}filters:\n  - regex: {{name: refusals, exclude: [\"(?i)as an ai\"], scope: assistant}}\nsources:\n  - {{name: a, files: [a.jsonl], format: openai}}\n  - {{name: b, files: [b.jsonl], format: openai, filters: [{{turns: {{min: 2}}}}]}}\noutput: {{dir: out}}\n"
     );
     let pipeline = dir.join("p.yaml");
     std::fs::write(&pipeline, yaml).expect("pipeline");
@@ -55,6 +55,10 @@ fn the_report_shows_rows_reasons_by_source_and_log_counts() {
         "<table id=\"reasons-by-source\"><tr><th>source</th><th>reason</th><th>rows</th><th>of read</th></tr><tr data-source=\"a\"><td>a</td><td>rejected: unknown_role</td><td>1</td><td>50.0%</td></tr></table>"
     ), "{page}");
     assert!(page.contains("rows (log scale)"), "{page}");
+    // The filters with their parameters, as the pipeline gives them.
+    assert!(page.contains(
+        "<table id=\"filters\"><tr><th>runs on</th><th>name</th><th style=\"text-align:left\">kind and parameters</th></tr><tr><td>every source</td><td>refusals</td><td style=\"text-align:left\"><code>regex {&quot;exclude&quot;:[&quot;(?i)as an ai&quot;],&quot;scope&quot;:&quot;assistant&quot;}</code></td></tr><tr><td>b</td><td>turns</td><td style=\"text-align:left\"><code>turns {&quot;min&quot;:2}</code></td></tr></table>"
+    ), "{page}");
     assert!(!page.contains("<script"));
 
     // `chatshards report` rewrites the same page.

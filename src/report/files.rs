@@ -53,6 +53,49 @@ pub fn load(dir: &Path) -> Result<(Value, Option<StatsFile>)> {
 
 pub const REPORT: &str = "report.html";
 
+/// The filters of the pipeline copy in `dir` (the manifest's `pipeline.copy`), each as (the
+/// sources it runs on, its name, its kind and parameters as compact JSON), in the order they
+/// run: the global ones, then each source's own. Empty when there is no readable copy.
+fn filter_settings(dir: &Path, manifest: &Value) -> Vec<html::FilterRow> {
+    let Some(copy) = manifest["pipeline"]["copy"].as_str() else {
+        return Vec::new();
+    };
+    let Ok(bytes) = std::fs::read(dir.join(copy)) else {
+        return Vec::new();
+    };
+    let Ok(pipeline) = serde_yaml_ng::from_slice::<Value>(&bytes) else {
+        return Vec::new();
+    };
+    let rows = |applies: &str, list: &Value| -> Vec<html::FilterRow> {
+        let Some(list) = list.as_array() else {
+            return Vec::new();
+        };
+        list.iter()
+            .filter_map(Value::as_object)
+            .flat_map(|f| f.iter())
+            .map(|(kind, params)| {
+                let mut params = params.clone();
+                let name = params
+                    .as_object_mut()
+                    .and_then(|p| p.shift_remove("name"))
+                    .and_then(|n| n.as_str().map(str::to_owned))
+                    .unwrap_or_else(|| kind.clone());
+                html::FilterRow {
+                    applies: applies.to_owned(),
+                    name,
+                    parameters: format!("{kind} {params}"),
+                }
+            })
+            .collect()
+    };
+    let mut out = rows("every source", &pipeline["filters"]);
+    for source in pipeline["sources"].as_array().into_iter().flatten() {
+        let name = source["name"].as_str().unwrap_or("");
+        out.extend(rows(name, &source["filters"]));
+    }
+    out
+}
+
 /// Example rows shown per source.
 pub const EXAMPLE_ROWS: usize = 2;
 /// Shard rows looked through for them: a source with fewer rows in the first ones than that
@@ -142,6 +185,7 @@ pub fn write_report(dir: &Path) -> Result<PathBuf> {
         &rejects,
         &filtered,
         examples.as_deref(),
+        &filter_settings(dir, &manifest),
     );
     let path = dir.join(REPORT);
     crate::model::nofollow::write(&path, page.as_bytes())

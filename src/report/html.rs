@@ -156,6 +156,15 @@ pub struct ExampleRow {
     pub spans: Vec<(String, bool)>,
 }
 
+/// A filter as the pipeline gives it: the sources it runs on, its name (its count key is
+/// `filtered.NAME`), its kind and parameters.
+#[derive(Debug)]
+pub struct FilterRow {
+    pub applies: String,
+    pub name: String,
+    pub parameters: String,
+}
+
 /// Characters of an example row shown (the rest is cut with an ellipsis).
 const ROW_CHARS: usize = 1500;
 
@@ -165,6 +174,7 @@ pub fn render(
     rejects: &Examples,
     filtered: &Examples,
     rows: Option<&[ExampleRow]>,
+    filters: &[FilterRow],
 ) -> String {
     let mut h = String::new();
     let name = manifest
@@ -188,6 +198,7 @@ pub fn render(
     }
     examples(&mut h, rows);
     reasons(&mut h, manifest, rejects, filtered);
+    filter_table(&mut h, filters);
     inputs(&mut h, manifest);
     h.push_str("</main></body></html>\n");
     h
@@ -228,6 +239,24 @@ fn examples(h: &mut String, rows: Option<&[ExampleRow]>) {
         }
         h.push_str("</pre></div>\n");
     }
+}
+
+/// Each filter with its parameters, from the pipeline copy.
+fn filter_table(h: &mut String, filters: &[FilterRow]) {
+    if filters.is_empty() {
+        return;
+    }
+    h.push_str("<h3>Filters</h3><p class=\"muted small\">As the pipeline gives them, in the order they run; a row a filter drops is counted as <code>filtered.NAME</code>.</p><table id=\"filters\"><tr><th>runs on</th><th>name</th><th style=\"text-align:left\">kind and parameters</th></tr>");
+    for f in filters {
+        let _ = write!(
+            h,
+            "<tr><td>{}</td><td>{}</td><td style=\"text-align:left\"><code>{}</code></td></tr>",
+            esc(&f.applies),
+            esc(&f.name),
+            esc(&f.parameters)
+        );
+    }
+    h.push_str("</table>\n");
 }
 
 fn card(h: &mut String, id: &str, label: &str, value: &str) {
@@ -912,7 +941,14 @@ mod tests {
                               "rows": 3, "tokens": 30, "supervised_tokens": 12}},
             "shards": [{}],
         });
-        let page = render(&m, None, &Examples::default(), &Examples::default(), None);
+        let page = render(
+            &m,
+            None,
+            &Examples::default(),
+            &Examples::default(),
+            None,
+            &[],
+        );
         assert!(page.contains("<h1>&lt;x&gt;</h1>"));
         assert!(page.contains("<th>near duplicate</th>"));
         assert!(page.contains("<td data-key=\"near_duplicate\">1</td>"));
@@ -936,6 +972,7 @@ mod tests {
             &Examples::default(),
             &Examples::default(),
             None,
+            &[],
         );
         assert!(page.contains("<table id=\"mix\">"));
         assert!(page.contains("<td data-key=\"quota\">1</td>"));
