@@ -120,15 +120,17 @@ pub enum Command {
     /// Render and tokenize conversations read as JSON lines on stdin
     /// (`{"messages": [...], "tools": [...]}`); one JSON line out per line in.
     #[command(
-        after_help = "Example:\n  echo '{\"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}, {\"role\": \"assistant\", \"content\": \"Hello\"}]}' \\\n    | chatshards render --template templates/qwen3.6/chat_template.jinja \\\n        --tokenizer templates/qwen3.6/tokenizer.json.zst"
+        after_help = "Example (the built-in Qwen3.6 template and tokenizer):\n  echo '{\"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}, {\"role\": \"assistant\", \"content\": \"Hello\"}]}' \\\n    | chatshards render"
     )]
     Render {
-        /// The chat template (`chat_template.jinja`).
+        /// The chat template (`chat_template.jinja`); default: the Qwen3.6 one built into the
+        /// binary.
         #[arg(long)]
-        template: PathBuf,
-        /// The tokenizer (`tokenizer.json` or `tokenizer.json.zst`).
+        template: Option<PathBuf>,
+        /// The tokenizer (`tokenizer.json` or `tokenizer.json.zst`); default: the Qwen3.6 one
+        /// built into the binary.
         #[arg(long)]
-        tokenizer: PathBuf,
+        tokenizer: Option<PathBuf>,
         /// Which assistant turns are supervised. `expand` and `turns` print `{"rows": [...]}`
         /// per input.
         #[arg(long, value_enum, default_value = "all")]
@@ -151,7 +153,8 @@ pub enum Command {
     /// Serve vLLM's `POST /v1/chat/completions/render` (plus `/health`, `/v1/models`) with the
     /// build's template and tokenizer, for `speculators prepare-data --render-endpoint`.
     ServeRender {
-        /// A pipeline file (its template, kwargs and tokenizer); or --template and --tokenizer.
+        /// A pipeline file (its template, kwargs and tokenizer); or --template and --tokenizer
+        /// (each, when left out, the Qwen3.6 one built into the binary).
         pipeline: Option<PathBuf>,
         /// The chat template (`chat_template.jinja`).
         #[arg(long)]

@@ -143,7 +143,12 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
             tokenizer,
             policy,
             kwargs,
-        } => commands::render::run(&template, &tokenizer, policy.into(), kwargs.as_deref()),
+        } => commands::render::run(
+            template.as_deref(),
+            tokenizer.as_deref(),
+            policy.into(),
+            kwargs.as_deref(),
+        ),
         Command::Export { dir, format, out } => {
             let count = commands::export::run(&commands::export::ExportArgs { dir, format, out })?;
             printer.info(&format!("exported {count} conversations"));

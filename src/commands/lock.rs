@@ -1,7 +1,8 @@
 //! `chatshards lock PIPELINE.yaml`: pins every `hub:` entry to a commit and the size and
 //! SHA-256 of each file it selects, every local input file to its size and SHA-256, and the
 //! template variables, in `PIPELINE.lock` next to the pipeline; with `regenerate:`, each
-//! served model's server version too.
+//! served model's server version too; and the built-in tokenizer and template where the
+//! pipeline uses them.
 //!
 //! Like `uv lock`, entries that still match the pipeline (same repo, kind, revision and
 //! `files`) are kept as they are, so relocking is stable and needs no network; `--upgrade`
@@ -29,6 +30,7 @@ pub fn run(args: &LockArgs, printer: &Printer) -> Result<()> {
     let local = crate::plan::local_files(pipeline, &config);
     let kwargs = crate::plan::template_kwargs(&config);
     let models = crate::plan::regenerated_models(&config);
+    let embedded = crate::plan::embedded_inputs(&config);
     let lock_path = Lockfile::path_for(pipeline);
     let existing = if lock_path.exists() {
         match Lockfile::read(&lock_path) {
@@ -59,6 +61,7 @@ pub fn run(args: &LockArgs, printer: &Printer) -> Result<()> {
         };
         reasons.extend(lock.check_local(&local, &kwargs));
         reasons.extend(lock.check_servers(&models.keys().cloned().collect::<Vec<_>>()));
+        reasons.extend(lock.check_embedded(&embedded));
         if !reasons.is_empty() {
             return Err(fail(HubError::StaleLock {
                 path: Some(lock_path),
@@ -140,7 +143,9 @@ pub fn run(args: &LockArgs, printer: &Printer) -> Result<()> {
             server_version,
         });
     }
-    let lock = Lockfile::with_local(entries, pinned, &kwargs).with_servers(servers);
+    let lock = Lockfile::with_local(entries, pinned, &kwargs)
+        .with_servers(servers)
+        .with_embedded(embedded);
     let bytes = lock.to_bytes();
     if std::fs::read(&lock_path).ok().as_deref() == Some(bytes.as_slice()) {
         printer.info(&format!("`{}` is up to date", lock_path.display()));

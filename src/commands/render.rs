@@ -20,8 +20,8 @@ use std::io::{BufWriter, Write};
 use std::path::Path;
 
 pub fn run(
-    template: &Path,
-    tokenizer: &Path,
+    template: Option<&Path>,
+    tokenizer: Option<&Path>,
     policy: RenderPolicy,
     kwargs: Option<&str>,
 ) -> Result<()> {
@@ -122,14 +122,24 @@ fn write_rows(
     }
 }
 
+/// The chat template at `path`, or without a path the Qwen3.6 one built into the binary.
+pub fn template_source(path: Option<&Path>) -> Result<String> {
+    match path {
+        Some(path) => std::fs::read_to_string(path)
+            .with_context(|| format!("failed to read template `{}`", path.display())),
+        None => Ok(crate::model::embedded::TEMPLATE.to_owned()),
+    }
+}
+
+/// The row processor of `render` and `serve-render`: the template and tokenizer at their
+/// paths, or the built-in Qwen3.6 ones.
 pub fn processor(
-    template: &Path,
-    tokenizer: &Path,
+    template: Option<&Path>,
+    tokenizer: Option<&Path>,
     policy: RenderPolicy,
     kwargs: Option<&str>,
 ) -> Result<RowProcessor> {
-    let source = std::fs::read_to_string(template)
-        .with_context(|| format!("failed to read template `{}`", template.display()))?;
+    let source = template_source(template)?;
     let kwargs = match kwargs {
         Some(k) => match serde_json::from_str::<Value>(k).context("--kwargs is not valid JSON")? {
             Value::Object(o) => o,
@@ -137,12 +147,14 @@ pub fn processor(
         },
         None => Default::default(),
     };
-    let renderer = Renderer::new(&source, kwargs)
-        .with_context(|| format!("in template `{}`", template.display()))?;
+    let renderer = Renderer::new(&source, kwargs).with_context(|| {
+        let shown = crate::plan::shown_input(template, crate::model::embedded::TEMPLATE_SHOWN);
+        format!("in template {shown}")
+    })?;
     // The build's encoder choice (the fast encoder when the tokenizer qualifies and passes its
     // self-check; the same ids): the `tokenizers` crate keeps about 120 bytes per input byte
     // of a long text (its offsets and token strings), so a 60 MB line needed 9 GB.
-    let tokenizer = std::sync::Arc::new(Tokenizer::load_with_backend(tokenizer, Backend::Auto)?.0);
+    let tokenizer = std::sync::Arc::new(Tokenizer::load_or_embedded(tokenizer, Backend::Auto)?.0);
     let validator = Validator::new(&tokenizer.forbidden);
     Ok(RowProcessor {
         renderer,

@@ -118,28 +118,31 @@ impl Service {
                 let t = plan.template;
                 (processor, t.source, t.kwargs, t.engine, plan.name)
             }
-            (None, Some(template), Some(tokenizer)) => {
+            // Either left out: the built-in Qwen3.6 one.
+            (None, template, tokenizer) => {
                 let processor = super::render::processor(
-                    template,
-                    tokenizer,
+                    template.as_deref(),
+                    tokenizer.as_deref(),
                     RenderPolicy::All,
                     args.kwargs.as_deref(),
                 )?;
-                let source = std::fs::read_to_string(template)
-                    .with_context(|| format!("failed to read template `{}`", template.display()))?;
+                let source = super::render::template_source(template.as_deref())?;
                 let kwargs = match &args.kwargs {
                     Some(k) => serde_json::from_str(k).context("--kwargs must be a JSON object")?,
                     None => Map::new(),
                 };
-                let name = template
-                    .parent()
-                    .and_then(|p| p.file_name())
-                    .map_or("chatshards".into(), |n| n.to_string_lossy().into_owned());
+                let name = match template {
+                    Some(template) => template
+                        .parent()
+                        .and_then(|p| p.file_name())
+                        .map_or("chatshards".into(), |n| n.to_string_lossy().into_owned()),
+                    None => crate::model::embedded::NAME.to_owned(),
+                };
                 (processor, source, kwargs, Engine::Auto, name)
             }
-            _ => anyhow::bail!(
-                "give a pipeline file, or both --template and --tokenizer (not both ways)"
-            ),
+            (Some(_), _, _) => {
+                anyhow::bail!("give a pipeline file, or --template and --tokenizer (not both ways)")
+            }
         };
         Ok(Service {
             processor,

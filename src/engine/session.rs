@@ -563,10 +563,16 @@ pub fn processor(plan: &Plan) -> Result<(RowProcessor, BackendReport)> {
         plan.template.kwargs.clone(),
         plan.template.engine,
     )
-    .with_context(|| format!("in template `{}`", plan.template.path.display()))?;
+    .with_context(|| {
+        let shown = crate::plan::shown_input(
+            plan.template.path.as_deref(),
+            crate::model::embedded::TEMPLATE_SHOWN,
+        );
+        format!("in template {shown}")
+    })?;
     let render_verify_basis_points = renderer.native().map(|_| plan.template.verify_basis_points);
     let (mut tokenizer, mut report) =
-        Tokenizer::load_with_backend(&plan.tokenizer_path, plan.tokenizer_backend)?;
+        Tokenizer::load_or_embedded(plan.tokenizer_path.as_deref(), plan.tokenizer_backend)?;
     // The fast encoder caches per word already; measured, segments on top of it cost more
     // than they save.
     if plan.segment_cache && report.used == Backend::Hf {
@@ -598,7 +604,8 @@ fn placement(plan: &Plan) -> engine::output::Placement<'_> {
     engine::output::Placement {
         pipeline: &plan.path,
         inputs: sources
-            .chain([&plan.tokenizer_path, &plan.template.path])
+            .chain(plan.tokenizer_path.iter())
+            .chain(plan.template.path.iter())
             .map(PathBuf::as_path)
             .collect(),
     }
@@ -937,6 +944,13 @@ pub fn build_id(plan: &Plan, files: &[InputFile]) -> Result<String> {
     .build_id())
 }
 
+fn embedded(sha256: &str) -> write::manifest::Embedded {
+    write::manifest::Embedded {
+        embedded: crate::model::embedded::NAME.to_owned(),
+        sha256: sha256.to_owned(),
+    }
+}
+
 fn manifest(
     plan: &Plan,
     outputs: Outputs,
@@ -996,6 +1010,15 @@ fn manifest(
             pipeline_sha256: plan.pipeline_sha256.clone(),
             template_sha256: plan.template.sha256.clone(),
             tokenizer_sha256: plan.tokenizer_sha256.clone(),
+            template: plan
+                .template
+                .path
+                .is_none()
+                .then(|| embedded(&plan.template.sha256)),
+            tokenizer: plan
+                .tokenizer_path
+                .is_none()
+                .then(|| embedded(&plan.tokenizer_sha256)),
             files,
         },
         settings: Settings {

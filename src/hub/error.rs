@@ -79,6 +79,13 @@ pub enum StaleReason {
     ServerMissing { model: String },
     /// The lockfile pins a served model no `regenerate:` section uses any more.
     ServerUnused { model: String },
+    /// The built-in tokenizer or template differs from the pinned one, or is used or not
+    /// used where the lockfile says otherwise.
+    EmbeddedChanged {
+        input: String,
+        locked: String,
+        wanted: String,
+    },
 }
 
 impl fmt::Display for StaleReason {
@@ -126,6 +133,11 @@ impl fmt::Display for StaleReason {
             StaleReason::LocalUnused { path } => {
                 write!(f, "local file `{path}` is locked but no longer used")
             }
+            StaleReason::EmbeddedChanged {
+                input,
+                locked,
+                wanted,
+            } => write!(f, "{input}: locked {locked}, now {wanted}"),
             StaleReason::KwargsChanged { locked, wanted } => {
                 write!(f, "template variables changed from {locked} to {wanted}")
             }

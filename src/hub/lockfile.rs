@@ -7,7 +7,9 @@
 //! Hub files only, so a locked build of a pipeline with local inputs asks for a relock).
 //! A pipeline with `regenerate:` also gets a `regenerate` list (written only when there is
 //! one, so other lockfiles keep their bytes): each served model with the version its servers
-//! reported (docs/on-policy.md).
+//! reported (docs/on-policy.md). A pipeline that uses the tokenizer or template built into the
+//! binary gets an `embedded` list the same way: each with its name and SHA-256, so a locked
+//! build by a binary with other built-in files is refused.
 //!
 //! The file is YAML written by one canonical writer (sorted, every string JSON-quoted, fixed
 //! field order), so locking twice gives the same bytes and diffs stay minimal. It is read
@@ -34,6 +36,19 @@ pub struct Lockfile {
     pub template_kwargs: Option<String>,
     /// The served models of `regenerate:`, sorted by model.
     pub servers: Vec<LockedServer>,
+    /// The built-in inputs used (tokenizer, template), sorted by input.
+    pub embedded: Vec<LockedEmbedded>,
+}
+
+/// A tokenizer or template built into the binary, as a pipeline without its path uses it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LockedEmbedded {
+    /// `tokenizer` or `template`.
+    pub input: String,
+    /// Which built-in file (`qwen3.6`).
+    pub name: String,
+    /// Lowercase hex SHA-256 of its bytes.
+    pub sha256: String,
 }
 
 /// A model served for `regenerate:` and the version its servers reported when locked.
@@ -101,7 +116,38 @@ impl Lockfile {
             local,
             template_kwargs: Some(kwargs_json(template_kwargs)),
             servers: Vec::new(),
+            embedded: Vec::new(),
         }
+    }
+
+    /// This lockfile pinning the built-in inputs `embedded` too (sorted, one per input).
+    pub fn with_embedded(mut self, mut embedded: Vec<LockedEmbedded>) -> Self {
+        embedded.sort_by(|a, b| a.input.cmp(&b.input));
+        embedded.dedup_by(|a, b| a.input == b.input);
+        self.embedded = embedded;
+        self
+    }
+
+    /// Why the built-in inputs the pipeline uses (`wanted`) differ from the pinned ones
+    /// (empty when they match).
+    pub fn check_embedded(&self, wanted: &[LockedEmbedded]) -> Vec<StaleReason> {
+        let shown = |e: Option<&LockedEmbedded>| {
+            e.map_or("none".to_owned(), |e| {
+                format!("built-in `{}` (sha256 {})", e.name, e.sha256)
+            })
+        };
+        ["template", "tokenizer"]
+            .into_iter()
+            .filter_map(|input| {
+                let locked = self.embedded.iter().find(|e| e.input == input);
+                let now = wanted.iter().find(|e| e.input == input);
+                (locked != now).then(|| StaleReason::EmbeddedChanged {
+                    input: input.to_owned(),
+                    locked: shown(locked),
+                    wanted: shown(now),
+                })
+            })
+            .collect()
     }
 
     /// This lockfile pinning `servers` too (sorted by model, one entry per model).
@@ -266,7 +312,26 @@ impl Lockfile {
                 server_version: s.server_version,
             })
             .collect();
-        let mut lock = Lockfile::with_local(repos, local, &kwargs).with_servers(servers);
+        for e in &wire.embedded {
+            if !matches!(e.input.as_str(), "tokenizer" | "template") || !is_sha256(&e.sha256) {
+                return Err(invalid(format!(
+                    "embedded `{}`: the input must be `tokenizer` or `template` and the sha256 lowercase hex",
+                    e.input
+                )));
+            }
+        }
+        let embedded = wire
+            .embedded
+            .into_iter()
+            .map(|e| LockedEmbedded {
+                input: e.input,
+                name: e.name,
+                sha256: e.sha256,
+            })
+            .collect();
+        let mut lock = Lockfile::with_local(repos, local, &kwargs)
+            .with_servers(servers)
+            .with_embedded(embedded);
         if wire.version == 1 {
             lock.version = 1;
             lock.template_kwargs = None;
@@ -334,6 +399,15 @@ impl Lockfile {
                     .as_deref()
                     .map_or("null".into(), quote);
                 out.push_str(&format!("    server_version: {version}\n"));
+            }
+            // Written only when used, so that other lockfiles keep their bytes.
+            if !self.embedded.is_empty() {
+                out.push_str("embedded:\n");
+            }
+            for e in &self.embedded {
+                out.push_str(&format!("  - input: {}\n", quote(&e.input)));
+                out.push_str(&format!("    name: {}\n", quote(&e.name)));
+                out.push_str(&format!("    sha256: {}\n", quote(&e.sha256)));
             }
         }
         out.into_bytes()
@@ -496,6 +570,16 @@ struct LockWire {
     template_kwargs: Option<String>,
     #[serde(default)]
     regenerate: Vec<LockedServerWire>,
+    #[serde(default)]
+    embedded: Vec<LockedEmbeddedWire>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct LockedEmbeddedWire {
+    input: String,
+    name: String,
+    sha256: String,
 }
 
 #[derive(Deserialize)]

@@ -23,7 +23,7 @@ pub use crate::model::digest::hash_file;
 pub use client::Hub;
 pub use config::{merge_specs, HubConfig, HubEntry, HubSpec, RepoKind, Token};
 pub use error::{Expected, FileRef, HubError, StaleReason};
-pub use lockfile::{kwargs_json, LockedFile, LockedRepo, LockedServer, Lockfile};
+pub use lockfile::{kwargs_json, LockedEmbedded, LockedFile, LockedRepo, LockedServer, Lockfile};
 pub use progress::{FetchProgress, NoProgress};
 pub use resolve::ResolvedFile;
 pub use specs::{hub_specs_in, hub_specs_of};

@@ -3,6 +3,7 @@
 //! without joining a dependency cycle.
 
 pub mod digest;
+pub mod embedded;
 pub mod json_exact;
 pub mod nofollow;
 pub mod settings;

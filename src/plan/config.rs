@@ -23,9 +23,13 @@ pub struct PipelineConfig {
     /// Seed for the row shuffle. Same seed, same order.
     #[serde(default)]
     pub seed: u64,
-    /// The tokenizer (`tokenizer.json`, optionally `.zst`).
+    /// The tokenizer (`tokenizer.json`, optionally `.zst`); without `path` or `hub`, the
+    /// Qwen3.6 one built into the binary.
+    #[serde(default)]
     pub tokenizer: TokenizerConfig,
-    /// The chat template (`chat_template.jinja`).
+    /// The chat template (`chat_template.jinja`); without `path` or `hub`, the Qwen3.6 one
+    /// built into the binary.
+    #[serde(default)]
     pub template: TemplateConfig,
     #[serde(default)]
     pub render: RenderConfig,
@@ -126,6 +130,47 @@ pub struct TemplateConfig {
     /// against minijinja during a build; a difference stops the build.
     #[serde(default = "default_verify_percent")]
     pub verify_percent: f64,
+}
+
+impl TokenizerConfig {
+    /// Neither `path` nor `hub`: the built-in tokenizer.
+    pub fn is_embedded(&self) -> bool {
+        self.path.is_none() && self.hub.is_none()
+    }
+}
+
+impl TemplateConfig {
+    /// Neither `path` nor `hub`: the built-in template.
+    pub fn is_embedded(&self) -> bool {
+        self.path.is_none() && self.hub.is_none()
+    }
+}
+
+/// `tokenizer:` left out: the built-in one, every setting at its default.
+impl Default for TokenizerConfig {
+    fn default() -> Self {
+        TokenizerConfig {
+            path: None,
+            hub: None,
+            backend: Default::default(),
+            verify_percent: default_verify_percent(),
+            segment_cache: true,
+        }
+    }
+}
+
+/// `template:` left out: the built-in one, every setting at its default.
+impl Default for TemplateConfig {
+    fn default() -> Self {
+        TemplateConfig {
+            path: None,
+            hub: None,
+            sha256: None,
+            kwargs: BTreeMap::new(),
+            engine: Default::default(),
+            verify_percent: default_verify_percent(),
+        }
+    }
 }
 
 #[derive(Debug, Default, Deserialize)]

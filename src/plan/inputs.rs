@@ -86,6 +86,25 @@ pub fn local_files(pipeline: &Path, config: &PipelineConfig) -> Vec<(String, Pat
     files
 }
 
+/// The built-in inputs a pipeline uses: the tokenizer and template it gives no path or Hub
+/// entry for (the lockfile pins these).
+pub fn embedded_inputs(config: &PipelineConfig) -> Vec<crate::hub::LockedEmbedded> {
+    use crate::model::embedded;
+    let pin = |input: &str, bytes: &[u8]| crate::hub::LockedEmbedded {
+        input: input.to_owned(),
+        name: embedded::NAME.to_owned(),
+        sha256: super::sha256_hex(bytes),
+    };
+    let mut pins = Vec::new();
+    if config.template.is_embedded() {
+        pins.push(pin("template", embedded::TEMPLATE.as_bytes()));
+    }
+    if config.tokenizer.is_embedded() {
+        pins.push(pin("tokenizer", embedded::TOKENIZER_ZST));
+    }
+    pins
+}
+
 /// The served models of the pipeline's `regenerate:` sections in use, each with its
 /// endpoints (the lockfile pins a version per model).
 pub fn regenerated_models(
@@ -156,12 +175,15 @@ pub(super) fn resolve(
     match (&config.tokenizer.path, &config.tokenizer.hub) {
         (Some(p), None) => inputs.tokenizer = Some(base.join(p)),
         (None, Some(h)) => want(Slot::Tokenizer, "tokenizer", h, RepoKind::Model, errors),
-        _ => errors.push("`tokenizer` needs exactly one of `path` and `hub`".into()),
+        // The built-in one.
+        (None, None) => {}
+        _ => errors.push("`tokenizer` needs at most one of `path` and `hub`".into()),
     }
     match (&config.template.path, &config.template.hub) {
         (Some(p), None) => inputs.template = Some(base.join(p)),
         (None, Some(h)) => want(Slot::Template, "template", h, RepoKind::Model, errors),
-        _ => errors.push("`template` needs exactly one of `path` and `hub`".into()),
+        (None, None) => {}
+        _ => errors.push("`template` needs at most one of `path` and `hub`".into()),
     }
     // Sources and benchmark sets alike: local `files` (relative to the pipeline) or a `hub:`.
     let mut files_or_hub = |what: String,
@@ -235,6 +257,7 @@ pub(super) fn resolve(
                 .extend(lock.check_local(&local_files(pipeline, config), &template_kwargs(config)));
             let models: Vec<String> = regenerated_models(config).into_keys().collect();
             reasons.extend(lock.check_servers(&models));
+            reasons.extend(lock.check_embedded(&embedded_inputs(config)));
             if !reasons.is_empty() {
                 return Err(crate::hub::HubError::StaleLock {
                     path: Some(lock_path),

@@ -9,7 +9,8 @@ mod suggest;
 
 pub use crate::model::digest::sha256_hex;
 pub use inputs::{
-    local_files, regenerated_models, template_kwargs, HubAccess, InputFile, UsedLock,
+    embedded_inputs, local_files, regenerated_models, template_kwargs, HubAccess, InputFile,
+    UsedLock,
 };
 
 use crate::adapt::{
@@ -33,7 +34,8 @@ pub struct Plan {
     pub pipeline_yaml: Vec<u8>,
     pub seed: u64,
     pub template: TemplatePlan,
-    pub tokenizer_path: PathBuf,
+    /// `None`: the Qwen3.6 tokenizer built into the binary (`model::embedded`).
+    pub tokenizer_path: Option<PathBuf>,
     pub tokenizer_sha256: String,
     pub tokenizer_backend: crate::tokenize::Backend,
     /// Share of rows spot-checked against the `tokenizers` crate, in basis points.
@@ -69,7 +71,8 @@ pub struct Plan {
 
 #[derive(Debug)]
 pub struct TemplatePlan {
-    pub path: PathBuf,
+    /// `None`: the Qwen3.6 template built into the binary (`model::embedded`).
+    pub path: Option<PathBuf>,
     pub sha256: String,
     pub source: String,
     pub kwargs: serde_json::Map<String, serde_json::Value>,
@@ -209,22 +212,29 @@ pub fn compile(path: &Path, access: HubAccess) -> Result<Plan, PlanError> {
     let mut errors = Vec::new();
     let inputs = inputs::resolve(path, &config, access, &mut errors)?;
 
-    let template_path = inputs.template.clone().unwrap_or_default();
-    let template = match inputs.template.as_ref().map(|p| read_input("template", p)) {
+    // Each as (its path, `None` for the built-in one; its bytes). `None`: a Hub entry that
+    // did not resolve (already an error).
+    let embedded = crate::model::embedded::TEMPLATE.as_bytes();
+    let template_input = match (&inputs.template, config.template.is_embedded()) {
+        (_, true) => Some((None, Ok(embedded.to_vec()))),
+        (Some(p), false) => Some((Some(p.clone()), read_input("template", p))),
+        (None, false) => None,
+    };
+    let template = match template_input {
         None => None,
-        Some(Ok(t)) => {
+        Some((path, Ok(t))) => {
+            let shown = shown_input(path.as_deref(), crate::model::embedded::TEMPLATE_SHOWN);
             let sha256 = sha256_hex(&t);
             if let Some(expected) = &config.template.sha256 {
                 if !expected.eq_ignore_ascii_case(&sha256) {
                     errors.push(format!(
-                        "template `{}` has sha256 {sha256}, but the pipeline expects {expected}",
-                        template_path.display()
+                        "template {shown} has sha256 {sha256}, but the pipeline expects {expected}"
                     ));
                 }
             }
             match String::from_utf8(t) {
                 Ok(source) => Some(TemplatePlan {
-                    path: template_path.clone(),
+                    path,
                     sha256,
                     source,
                     kwargs: config.template.kwargs.clone().into_iter().collect(),
@@ -232,32 +242,31 @@ pub fn compile(path: &Path, access: HubAccess) -> Result<Plan, PlanError> {
                     verify_basis_points: (config.template.verify_percent * 100.0).round() as u32,
                 }),
                 Err(_) => {
-                    errors.push(format!(
-                        "template `{}` is not UTF-8",
-                        template_path.display()
-                    ));
+                    errors.push(format!("template {shown} is not UTF-8"));
                     None
                 }
             }
         }
-        Some(Err(e)) => {
+        Some((_, Err(e))) => {
             errors.push(e);
             None
         }
     };
 
-    let tokenizer_path = inputs.tokenizer.clone().unwrap_or_default();
-    let tokenizer_sha256 = match inputs
-        .tokenizer
-        .as_ref()
-        .map(|p| read_input("tokenizer", p))
-    {
+    let tokenizer_path = match config.tokenizer.is_embedded() {
+        true => None,
+        false => inputs.tokenizer.clone(),
+    };
+    let tokenizer_sha256 = match &tokenizer_path {
+        None if config.tokenizer.is_embedded() => sha256_hex(crate::model::embedded::TOKENIZER_ZST),
         None => String::new(),
-        Some(Ok(t)) => sha256_hex(&t),
-        Some(Err(e)) => {
-            errors.push(e);
-            String::new()
-        }
+        Some(p) => match read_input("tokenizer", p) {
+            Ok(t) => sha256_hex(&t),
+            Err(e) => {
+                errors.push(e);
+                String::new()
+            }
+        },
     };
 
     if !(0.0..=100.0).contains(&config.tokenizer.verify_percent) {
@@ -625,6 +634,14 @@ fn pretokenized_conflicts(
         );
     }
     errors
+}
+
+/// A tokenizer or template as messages name it: `` `PATH` `` or `builtin`.
+pub fn shown_input(path: Option<&Path>, builtin: &str) -> String {
+    match path {
+        Some(path) => format!("`{}`", path.display()),
+        None => builtin.to_owned(),
+    }
 }
 
 fn read_input(what: &str, path: &Path) -> Result<Vec<u8>, String> {

@@ -142,16 +142,39 @@ td.bars { text-align: left; min-width: 260px; }
 .grid { display: grid; grid-template-columns: repeat(auto-fill, minmax(520px, 1fr)); gap: 16px; }
 figure { margin: 0; } figcaption { font-size: 12px; color: var(--muted); }
 svg { max-width: 100%; height: auto; }
+mark { background: #fde68a; color: inherit; }
 pre { background: var(--soft); padding: 6px 8px; border-radius: 4px; white-space: pre-wrap; word-break: break-all; font-size: 12px; margin: 4px 0; }
 code { font-size: 12px; }
 "#;
 
 /// The whole page.
+/// A row of the dataset as text spans, each supervised (loss mask 1) or not.
+#[derive(Debug)]
+pub struct ExampleRow {
+    pub source: String,
+    pub sample_id: String,
+    pub spans: Vec<(String, bool)>,
+}
+
+/// A filter as the pipeline gives it: the sources it runs on, its name (its count key is
+/// `filtered.NAME`), its kind and parameters.
+#[derive(Debug)]
+pub struct FilterRow {
+    pub applies: String,
+    pub name: String,
+    pub parameters: String,
+}
+
+/// Characters of an example row shown (the rest is cut with an ellipsis).
+const ROW_CHARS: usize = 1500;
+
 pub fn render(
     manifest: &Value,
     stats: Option<&StatsFile>,
     rejects: &Examples,
     filtered: &Examples,
+    rows: Option<&[ExampleRow]>,
+    filters: &[FilterRow],
 ) -> String {
     let mut h = String::new();
     let name = manifest
@@ -173,10 +196,67 @@ pub fn render(
     } else {
         h.push_str("<h2>Lengths</h2><p class=\"muted\">No stats.json in this directory (built by an older version): rebuild to see length statistics.</p>\n");
     }
+    examples(&mut h, rows);
     reasons(&mut h, manifest, rejects, filtered);
+    filter_table(&mut h, filters);
     inputs(&mut h, manifest);
     h.push_str("</main></body></html>\n");
     h
+}
+
+/// A few rows of each source as the model sees them, the supervised text marked.
+fn examples(h: &mut String, rows: Option<&[ExampleRow]>) {
+    h.push_str("<h2>Example rows</h2>");
+    let Some(rows) = rows else {
+        h.push_str("<p class=\"muted\">Rows are shown for datasets tokenized with the built-in Qwen3.6 tokenizer; <code>chatshards inspect DIR --tokenizer FILE</code> shows this one's.</p>\n");
+        return;
+    };
+    let _ = write!(
+        h,
+        "<p class=\"muted small\">The first rows of each source in the shards, decoded, cut at {ROW_CHARS} characters; <mark>highlighted</mark> text is supervised (loss mask 1).</p>"
+    );
+    for row in rows {
+        let _ = write!(
+            h,
+            "<div class=\"row\" data-sample=\"{}\"><b>{}</b> <code>{}</code><pre>",
+            esc(&row.sample_id),
+            esc(&row.source),
+            esc(&row.sample_id)
+        );
+        let mut left = ROW_CHARS;
+        for (text, supervised) in &row.spans {
+            if left == 0 {
+                break;
+            }
+            let count = text.chars().count();
+            let shown = truncate(text, left);
+            left = left.saturating_sub(count);
+            if *supervised {
+                let _ = write!(h, "<mark>{}</mark>", esc(&shown));
+            } else {
+                h.push_str(&esc(&shown));
+            }
+        }
+        h.push_str("</pre></div>\n");
+    }
+}
+
+/// Each filter with its parameters, from the pipeline copy.
+fn filter_table(h: &mut String, filters: &[FilterRow]) {
+    if filters.is_empty() {
+        return;
+    }
+    h.push_str("<h3>Filters</h3><p class=\"muted small\">As the pipeline gives them, in the order they run; a row a filter drops is counted as <code>filtered.NAME</code>.</p><table id=\"filters\"><tr><th>runs on</th><th>name</th><th style=\"text-align:left\">kind and parameters</th></tr>");
+    for f in filters {
+        let _ = write!(
+            h,
+            "<tr><td>{}</td><td>{}</td><td style=\"text-align:left\"><code>{}</code></td></tr>",
+            esc(&f.applies),
+            esc(&f.name),
+            esc(&f.parameters)
+        );
+    }
+    h.push_str("</table>\n");
 }
 
 fn card(h: &mut String, id: &str, label: &str, value: &str) {
@@ -546,7 +626,9 @@ fn histogram_svg(title: &str, hist: &HistogramSummary, color: RGBColor) -> Strin
     let lo = hist.bins.first().map_or(1, |b| b[0]).max(1) as f64;
     let hi = hist.bins.last().map_or(2, |b| b[1]) as f64;
     let (x0, x1) = (lo * 0.8, (hi * 1.25).max(lo * 2.0));
-    let ymax = hist.bins.iter().map(|b| b[2]).max().unwrap_or(1) as f64 * 1.15;
+    // Counts on a log scale, so that the tails' few rows stay visible beside the mode.
+    let ymax = hist.bins.iter().map(|b| b[2]).max().unwrap_or(1).max(1) as f64 * 2.0;
+    let y0 = 0.8;
     {
         let root = SVGBackend::with_string(&mut svg, (560, 240)).into_drawing_area();
         let drawn = (|| -> Result<(), Box<dyn std::error::Error + '_>> {
@@ -556,21 +638,23 @@ fn histogram_svg(title: &str, hist: &HistogramSummary, color: RGBColor) -> Strin
                 .margin(8)
                 .x_label_area_size(32)
                 .y_label_area_size(48)
-                .build_cartesian_2d((x0..x1).log_scale(), 0f64..ymax)?;
+                .build_cartesian_2d((x0..x1).log_scale(), (y0..ymax).log_scale())?;
             chart
                 .configure_mesh()
                 .disable_x_mesh()
                 .x_desc("value (log scale)")
-                .y_desc("rows")
+                .y_desc("rows (log scale)")
                 .x_label_formatter(&|v| format!("{}", v.round() as u64))
                 .y_label_formatter(&|v| format!("{}", v.round() as u64))
                 .label_style(("sans-serif", 11))
                 .draw()?;
-            chart.draw_series(hist.bins.iter().map(|b| {
+            chart.draw_series(hist.bins.iter().filter(|b| b[2] > 0).map(|b| {
                 let left = (b[0] as f64).max(lo * 0.9);
-                Rectangle::new([(left, 0.0), (b[1] as f64, b[2] as f64)], color.filled())
+                Rectangle::new([(left, y0), (b[1] as f64, b[2] as f64)], color.filled())
             }))?;
             // Labels at three heights, so that close percentiles stay readable.
+            // (Heights as shares of the log axis.)
+            let at = |share: f64| y0 * (ymax / y0).powf(share);
             for (label, v, y) in [
                 ("p50", hist.p50, 0.99),
                 ("p90", hist.p90, 0.92),
@@ -578,12 +662,12 @@ fn histogram_svg(title: &str, hist: &HistogramSummary, color: RGBColor) -> Strin
             ] {
                 let x = (v as f64).max(lo);
                 chart.draw_series(std::iter::once(PathElement::new(
-                    vec![(x, 0.0), (x, ymax * (y - 0.06))],
+                    vec![(x, y0), (x, at(y - 0.06))],
                     BLACK.mix(0.6).stroke_width(1),
                 )))?;
                 chart.draw_series(std::iter::once(Text::new(
                     format!("{label} {v}"),
-                    (x, ymax * y),
+                    (x, at(y)),
                     ("sans-serif", 10),
                 )))?;
             }
@@ -691,12 +775,17 @@ fn reasons(h: &mut String, m: &Value, rejects: &Examples, filtered: &Examples) {
         .get("sources")
         .and_then(Value::as_object)
         .unwrap_or(&empty);
+    // Every reason with its count, per source (in the manifest's order) and over all of them.
     let mut by: BTreeMap<String, u64> = BTreeMap::new();
-    for s in sources.values() {
+    // (source, rows read, its reasons)
+    type Reasons = Vec<(String, u64)>;
+    let mut by_source: Vec<(&String, u64, Reasons)> = Vec::new();
+    for (name, s) in sources {
+        let mut own: Vec<(String, u64)> = Vec::new();
         for kind in ["rejected", "filtered"] {
             if let Some(o) = s.get(kind).and_then(Value::as_object) {
                 for (k, v) in o {
-                    *by.entry(format!("{kind}: {k}")).or_default() += v.as_u64().unwrap_or(0);
+                    own.push((format!("{kind}: {k}"), v.as_u64().unwrap_or(0)));
                 }
             }
         }
@@ -705,13 +794,15 @@ fn reasons(h: &mut String, m: &Value, rejects: &Examples, filtered: &Examples) {
             .and_then(Value::as_u64)
             .filter(|&v| v > 0)
         {
-            *by.entry("deduplicated".into()).or_default() += v;
+            own.push(("deduplicated".into(), v));
         }
-        for (k, v) in extra_counts(s) {
-            if v > 0 {
-                *by.entry(k).or_default() += v;
-            }
+        own.extend(extra_counts(s).into_iter().filter(|&(_, v)| v > 0));
+        own.retain(|&(_, v)| v > 0);
+        for (k, v) in &own {
+            *by.entry(k.clone()).or_default() += v;
         }
+        own.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+        by_source.push((name, num(s, "read"), own));
     }
     h.push_str("<h2>Why rows were dropped</h2>");
     if by.is_empty() {
@@ -720,6 +811,21 @@ fn reasons(h: &mut String, m: &Value, rejects: &Examples, filtered: &Examples) {
         let mut rows: Vec<(String, u64)> = by.into_iter().collect();
         rows.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
         bar_table(h, "reasons", rows);
+        h.push_str("<h3>By source</h3><p class=\"muted small\">Each reason's rows and their share of the rows the source read.</p><table id=\"reasons-by-source\"><tr><th>source</th><th>reason</th><th>rows</th><th>of read</th></tr>");
+        for (name, read, own) in &by_source {
+            for (reason, v) in own {
+                let _ = write!(
+                    h,
+                    "<tr data-source=\"{}\"><td>{}</td><td>{}</td><td>{}</td><td>{:.1}%</td></tr>",
+                    esc(name),
+                    esc(name),
+                    esc(reason),
+                    n(*v),
+                    *v as f64 * 100.0 / (*read).max(1) as f64
+                );
+            }
+        }
+        h.push_str("</table>\n");
     }
     for (title, file, ex) in [
         ("Rejected rows", "rejects.jsonl", rejects),
@@ -835,7 +941,14 @@ mod tests {
                               "rows": 3, "tokens": 30, "supervised_tokens": 12}},
             "shards": [{}],
         });
-        let page = render(&m, None, &Examples::default(), &Examples::default());
+        let page = render(
+            &m,
+            None,
+            &Examples::default(),
+            &Examples::default(),
+            None,
+            &[],
+        );
         assert!(page.contains("<h1>&lt;x&gt;</h1>"));
         assert!(page.contains("<th>near duplicate</th>"));
         assert!(page.contains("<td data-key=\"near_duplicate\">1</td>"));
@@ -858,6 +971,8 @@ mod tests {
             Some(&st.file()),
             &Examples::default(),
             &Examples::default(),
+            None,
+            &[],
         );
         assert!(page.contains("<table id=\"mix\">"));
         assert!(page.contains("<td data-key=\"quota\">1</td>"));

@@ -6,6 +6,8 @@ use std::path::{Path, PathBuf};
 pub enum TokenizerError {
     #[error("failed to read tokenizer `{}`", .0.display())]
     Io(PathBuf, #[source] std::io::Error),
+    #[error("failed to unpack the built-in Qwen3.6 tokenizer")]
+    Embedded(#[source] std::io::Error),
     #[error("the tokenizer does not parse: {0}")]
     Parse(String),
     #[error("the tokenizer is not byte-level BPE (decoder must be `ByteLevel`); only byte-level vocabularies are supported")]

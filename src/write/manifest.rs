@@ -180,10 +180,23 @@ pub struct Inputs {
     pub pipeline_sha256: String,
     pub template_sha256: String,
     pub tokenizer_sha256: String,
+    /// The built-in template, when the pipeline gives no path (absent otherwise).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub template: Option<Embedded>,
+    /// The built-in tokenizer, when the pipeline gives no path (absent otherwise).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tokenizer: Option<Embedded>,
     /// Hub files pinned to their commits (tokenizer, template and sources read from the Hub).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub hub: Vec<HubInput>,
     pub files: Vec<InputFile>,
+}
+
+/// A tokenizer or template built into the binary: `{embedded: "qwen3.6", sha256: ...}`.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct Embedded {
+    pub embedded: String,
+    pub sha256: String,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
