@@ -198,3 +198,70 @@ fn no_module_level_dependency_cycle() {
         "top-level modules in a dependency cycle (move the shared piece below them):\n  {report}"
     );
 }
+
+/// The commands (files of `src/commands/`) that `code` names: `crate::commands::x`, or
+/// `super::x` for a sibling `x` (a command's own `super::*` in its tests names none).
+fn commands_named(code: &str, commands: &BTreeSet<String>) -> BTreeSet<String> {
+    let mut named = BTreeSet::new();
+    for prefix in ["crate::commands::", "super::"] {
+        for (at, _) in code.match_indices(prefix) {
+            let rest = &code[at + prefix.len()..];
+            let names: Vec<&str> = match rest.strip_prefix('{') {
+                Some(group) => group.split('}').next().unwrap_or("").split(',').collect(),
+                None => vec![rest],
+            };
+            for name in names {
+                let name: String = name
+                    .trim_start()
+                    .chars()
+                    .take_while(|c| c.is_alphanumeric() || *c == '_')
+                    .collect();
+                if commands.contains(&name) {
+                    named.insert(name);
+                }
+            }
+        }
+    }
+    named
+}
+
+#[test]
+fn commands_named_reads_both_spellings() {
+    let commands: BTreeSet<String> = ["fetch", "stats"].map(String::from).into();
+    let code =
+        "use super::fetch::FetchBars;\nlet x = crate::commands::stats::load(p);\nuse super::*;";
+    let named: Vec<String> = commands_named(code, &commands).into_iter().collect();
+    assert_eq!(named, ["fetch", "stats"]);
+    let grouped = "use super::{fetch::hinted, Other};";
+    assert_eq!(commands_named(grouped, &commands).len(), 1);
+}
+
+/// Commands are glue over the engine and the stages: code two of them share goes below them
+/// (`engine/`, `model/` or the stage it is about), so that each command reads on its own.
+#[test]
+fn no_command_imports_another() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/commands");
+    let mut files = Vec::new();
+    rust_files(&dir, &mut files);
+    let commands: BTreeSet<String> = files
+        .iter()
+        .filter_map(|f| f.file_stem().map(|s| s.to_string_lossy().into_owned()))
+        .filter(|name| name != "mod")
+        .collect();
+    assert!(commands.contains("build"), "{commands:?}");
+    let mut found = Vec::new();
+    for file in &files {
+        let text = std::fs::read_to_string(file).expect("read source");
+        let own = file.file_stem().map(|s| s.to_string_lossy().into_owned());
+        for named in commands_named(non_test_code(&text), &commands) {
+            if Some(&named) != own.as_ref() {
+                found.push(format!("{} names commands::{named}", file.display()));
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "a command imports another (move the shared code below them):\n  {}",
+        found.join("\n  ")
+    );
+}

@@ -119,7 +119,7 @@ impl Service {
                 (processor, t.source, t.kwargs, t.engine, plan.name)
             }
             (None, Some(template), Some(tokenizer)) => {
-                let processor = super::render::processor(
+                let processor = crate::engine::session::template_processor(
                     template,
                     tokenizer,
                     RenderPolicy::All,

@@ -7,6 +7,7 @@ use crate::engine::journal::{InputStamp, Journal, ResumeKey};
 use crate::engine::progress::BuildProgress;
 use crate::engine::row_path::RowProcessor;
 use crate::engine::{self, Sinks};
+use crate::plan::config::{LengthPolicy, RenderPolicy};
 use crate::plan::{self, HubAccess, Plan};
 use crate::printer::Printer;
 use crate::render::Renderer;
@@ -513,6 +514,46 @@ pub fn resume_key(plan: &Plan, hashed: Option<&[InputFile]>) -> Result<ResumeKey
         template_kwargs: serde_json::Value::Object(plan.template.kwargs.clone()),
         tokenizer_sha256: plan.tokenizer_sha256.clone(),
         inputs,
+    })
+}
+
+/// A per-row processor from a template and a tokenizer alone, without a pipeline (`render`,
+/// `serve-render`): every row's full length, the standard mask, no spot checks.
+pub fn template_processor(
+    template: &Path,
+    tokenizer: &Path,
+    policy: RenderPolicy,
+    kwargs: Option<&str>,
+) -> Result<RowProcessor> {
+    let source = fs::read_to_string(template)
+        .with_context(|| format!("failed to read template `{}`", template.display()))?;
+    let kwargs = match kwargs {
+        Some(k) => match serde_json::from_str::<serde_json::Value>(k)
+            .context("--kwargs is not valid JSON")?
+        {
+            serde_json::Value::Object(o) => o,
+            _ => anyhow::bail!("--kwargs must be a JSON object"),
+        },
+        None => Default::default(),
+    };
+    let renderer = Renderer::new(&source, kwargs)
+        .with_context(|| format!("in template `{}`", template.display()))?;
+    // The build's encoder choice (the fast encoder when the tokenizer qualifies and passes its
+    // self-check; the same ids): the `tokenizers` crate keeps about 120 bytes per input byte
+    // of a long text (its offsets and token strings), so a 60 MB line needed 9 GB.
+    let tokenizer = Arc::new(Tokenizer::load_with_backend(tokenizer, Backend::Auto)?.0);
+    let validator = Validator::new(&tokenizer.forbidden);
+    Ok(RowProcessor {
+        renderer,
+        tokenizer,
+        validator,
+        policy,
+        max_tokens: usize::MAX,
+        length_policy: LengthPolicy::Drop,
+        min_supervised_tokens: 0,
+        mask: crate::tokenize::mask::MaskRule::standard(),
+        verify_basis_points: None,
+        render_verify_basis_points: None,
     })
 }
 

@@ -1,7 +1,7 @@
 //! Reading a built output directory back: its manifest and its shards' rows (`verify`, `diff`).
 
-use crate::write::manifest::{FileSummary, PipelineRecord};
-use crate::write::ShardSummary;
+use super::manifest::{FileSummary, PipelineRecord};
+use super::ShardSummary;
 use anyhow::{bail, Context, Result};
 use arrow_array::RecordBatch;
 use serde::Deserialize;
