@@ -2,23 +2,12 @@
 //! (speculators' `d2t-N.npy` / `t2d-N.npy`, SpecForge's `torch.save({"d2t", "t2d"})`), and
 //! that writing them does not break the next build or `verify`.
 
-mod common;
-use common::{bin, project, stderr};
+use crate::common;
+use common::{bin, ok, project, stderr};
 
 use std::io::Read;
 use std::path::Path;
 use std::process::Output;
-
-fn ok(out: Output) -> Output {
-    assert!(
-        out.status.success(),
-        "exit {:?}\nstdout: {}\nstderr: {}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        stderr(&out)
-    );
-    out
-}
 
 fn build(pipeline: &Path) {
     ok(bin()

@@ -1,7 +1,7 @@
 //! End-to-end tests of the `chatshards` binary on the demo fixtures.
 
-mod common;
-use common::{bin, root, ROOT};
+use crate::common;
+use common::{bin, demo_pipeline_body, manifest, pipeline_with, root, ROOT};
 
 use serde_json::Value;
 use std::path::{Path, PathBuf};
@@ -13,14 +13,8 @@ fn pipeline(dir: &Path, body: &str) -> PathBuf {
 }
 
 fn pipeline_with_backend(dir: &Path, backend: &str, body: &str) -> PathBuf {
-    let yaml = format!(
-        "name: test\nseed: 7\ntokenizer:\n  path: {tok}\n  backend: {backend}\ntemplate:\n  path: {tpl}\n{body}",
-        tok = root("templates/qwen3.6/tokenizer.json.zst"),
-        tpl = root("templates/qwen3.6/chat_template.jinja"),
-    );
-    let path = dir.join("pipeline.yaml");
-    std::fs::write(&path, yaml).expect("write pipeline");
-    path
+    let tokenizer = format!("  backend: {backend}\n");
+    pipeline_with(dir, "name: test\nseed: 7\n", &tokenizer, body)
 }
 
 fn demo_sources() -> String {
@@ -32,26 +26,12 @@ fn demo_sources() -> String {
     )
 }
 
-/// `pipelines/demo.yaml` from `render:` to `output:` (every curation step, the mix and the
-/// sources, with paths made absolute).
-fn demo_pipeline_body() -> String {
-    let text = std::fs::read_to_string(root("pipelines/demo.yaml")).expect("demo.yaml");
-    let start = text.find("\nrender:").expect("render:");
-    let end = text.find("\noutput:").expect("output:");
-    text[start + 1..end + 1].replace("../", &format!("{ROOT}/"))
-}
-
 fn build(pipeline: &Path, threads: usize) -> Output {
     bin()
         .args(["build", "--threads", &threads.to_string()])
         .arg(pipeline)
         .output()
         .expect("run chatshards")
-}
-
-fn manifest(dir: &Path) -> Value {
-    serde_json::from_slice(&std::fs::read(dir.join("manifest.json")).expect("manifest"))
-        .expect("json")
 }
 
 #[test]

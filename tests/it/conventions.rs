@@ -1,37 +1,27 @@
 //! The `mask:` section end to end: presets, the `loss_mask` dtype in the shards and in
 //! `dataset_info.json`, and conflicts between a preset and explicit settings.
 
-mod common;
-use common::root;
+use crate::common;
+use common::{bin, json, pipeline_with, root};
 
 use arrow_schema::DataType;
-use serde_json::Value;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Output;
 
 fn pipeline(dir: &Path, body: &str) -> PathBuf {
-    let yaml = format!(
-        "name: conventions\nseed: 7\ntokenizer:\n  path: {tok}\ntemplate:\n  path: {tpl}\n{body}\nsources:\n  - name: chat\n    files: [{chat}]\n    format: openai\noutput:\n  dir: out\n",
-        tok = root("templates/qwen3.6/tokenizer.json.zst"),
-        tpl = root("templates/qwen3.6/chat_template.jinja"),
-        chat = root("tests/fixtures/demo/chat.jsonl"),
+    let chat = root("tests/fixtures/demo/chat.jsonl");
+    let body = format!(
+        "{body}\nsources:\n  - name: chat\n    files: [{chat}]\n    format: openai\noutput:\n  dir: out\n"
     );
-    let path = dir.join("pipeline.yaml");
-    std::fs::write(&path, yaml).expect("write pipeline");
-    path
+    pipeline_with(dir, "name: conventions\nseed: 7\n", "", &body)
 }
 
 fn build(pipeline: &Path) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_chatshards"))
-        .env("CHATSHARDS_NO_PROGRESS", "1")
+    bin()
         .args(["build", "--threads", "1"])
         .arg(pipeline)
         .output()
         .expect("run chatshards")
-}
-
-fn json(path: &Path) -> Value {
-    serde_json::from_slice(&std::fs::read(path).expect("read")).expect("json")
 }
 
 /// The `loss_mask` item type of the first shard, and every mask value in it.

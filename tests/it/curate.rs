@@ -1,47 +1,16 @@
 //! End-to-end tests of curation choices: selection keys, `take` against the mix, exact dedup of
 //! rows that become the same training row, image rows, the language filter.
 
-mod common;
-use common::{bin, root};
+use crate::common;
+use common::{bin, manifest, ok, run, stderr};
 
 use serde_json::Value;
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
-use std::process::Output;
 
 /// A pipeline with the repository's Qwen3.6 tokenizer and template, written into `dir`.
 fn pipeline(dir: &Path, body: &str) -> PathBuf {
-    let yaml = format!(
-        "name: test\nseed: 7\ntokenizer:\n  path: {tok}\ntemplate:\n  path: {tpl}\nmin_supervised_tokens: 1\n{body}",
-        tok = root("templates/qwen3.6/tokenizer.json.zst"),
-        tpl = root("templates/qwen3.6/chat_template.jinja"),
-    );
-    std::fs::create_dir_all(dir).expect("mkdir");
-    let path = dir.join("pipeline.yaml");
-    std::fs::write(&path, yaml).expect("write pipeline");
-    path
-}
-
-fn run(args: &[&str], pipeline: &Path) -> Output {
-    bin()
-        .args(args)
-        .arg(pipeline)
-        .output()
-        .expect("run chatshards")
-}
-
-fn ok(out: Output) -> Output {
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out
-}
-
-fn manifest(dir: &Path) -> Value {
-    serde_json::from_slice(&std::fs::read(dir.join("manifest.json")).expect("manifest"))
-        .expect("json")
+    common::pipeline(dir, &format!("min_supervised_tokens: 1\n{body}"))
 }
 
 /// The `id`s of the kept conversations.
@@ -133,10 +102,6 @@ fn line_of(path: &Path, start: &str) -> usize {
         .position(|l| l.trim_start().starts_with(start))
         .expect("line")
         + 1
-}
-
-fn stderr(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
 #[test]

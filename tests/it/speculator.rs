@@ -3,8 +3,8 @@
 //! tests/oracle/gen_speculator_rows.py), curated beside conversation sources and passed
 //! through byte for byte.
 
-mod common;
-use common::{bin, rows, stderr, ROOT};
+use crate::common;
+use common::{bin, json_lines, manifest, ok, rows, stderr, ROOT};
 
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -76,24 +76,6 @@ fn build(pipeline: &Path, threads: usize) -> Output {
         .arg(pipeline)
         .output()
         .expect("run")
-}
-
-fn ok(out: Output) -> Output {
-    assert!(out.status.success(), "{}", stderr(&out));
-    out
-}
-
-fn json_lines(path: &Path) -> Vec<Value> {
-    std::fs::read_to_string(path)
-        .expect("read")
-        .lines()
-        .map(|l| serde_json::from_str(l).expect("json"))
-        .collect()
-}
-
-fn manifest(out: &Path) -> Value {
-    serde_json::from_slice(&std::fs::read(out.join("manifest.json")).expect("manifest"))
-        .expect("json")
 }
 
 /// The output rows of source `source`, by sample id.

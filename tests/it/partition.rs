@@ -3,7 +3,7 @@
 //! pipeline (duplicates across parts, blank and bad lines, near-duplicates, `take`, a weighted
 //! mix); a rerun part writes the same bytes; a merge refuses missing, misplaced, stale and damaged parts.
 
-mod common;
+use crate::common;
 use common::{bin, project, snapshot, stderr};
 
 use std::fmt::Write as _;

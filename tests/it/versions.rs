@@ -1,8 +1,8 @@
 //! Dataset versions end to end: `build_id` and `dataset_sha256`, `verify`, `diff`, and
 //! `build --locked` covering every input, on builds of the demo fixtures.
 
-mod common;
-use common::{bin, root, stderr};
+use crate::common;
+use common::{bin, manifest, root, stderr};
 
 use serde_json::Value;
 use std::path::{Path, PathBuf};
@@ -79,11 +79,6 @@ fn build(pipeline: &Path, extra: &[&str]) -> PathBuf {
     let out = run(&args);
     assert!(out.status.success(), "{}", stderr(&out));
     pipeline.with_file_name("out")
-}
-
-fn manifest(out: &Path) -> Value {
-    serde_json::from_slice(&std::fs::read(out.join("manifest.json")).expect("manifest"))
-        .expect("json")
 }
 
 /// Appends " (edited)" to the last assistant message of the last plain conversation of the chat

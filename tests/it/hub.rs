@@ -3,7 +3,7 @@
 //! server, cache directory and explicit `HubConfig`; nothing reads or changes the process
 //! environment, and nothing contacts huggingface.co.
 
-mod hub_support;
+use crate::common::hub as hub_support;
 
 use chatshards::hub::{
     Expected, FetchProgress, Hub, HubConfig, HubError, HubSpec, LockedFile, LockedRepo, Lockfile,

@@ -1,33 +1,13 @@
 //! `chatshards check`: the preflight on the demo pipeline, on pipelines with mistakes, and on
 //! generated JSON lines files large enough that reading them whole would show.
 
-mod common;
-use common::{bin, root, ROOT};
+use crate::common;
+use common::{bin, demo_pipeline_body, pipeline, root};
 
 use serde_json::Value;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::Output;
-
-/// A pipeline in `dir` with the shipped tokenizer and template and `body` appended.
-fn pipeline(dir: &Path, body: &str) -> PathBuf {
-    let yaml = format!(
-        "name: test\nseed: 7\ntokenizer:\n  path: {tok}\ntemplate:\n  path: {tpl}\n{body}",
-        tok = root("templates/qwen3.6/tokenizer.json.zst"),
-        tpl = root("templates/qwen3.6/chat_template.jinja"),
-    );
-    let path = dir.join("pipeline.yaml");
-    std::fs::write(&path, yaml).expect("write pipeline");
-    path
-}
-
-/// `pipelines/demo.yaml` from `render:` to `output:`, with paths made absolute.
-fn demo_pipeline_body() -> String {
-    let text = std::fs::read_to_string(root("pipelines/demo.yaml")).expect("demo.yaml");
-    let start = text.find("\nrender:").expect("render:");
-    let end = text.find("\noutput:").expect("output:");
-    text[start + 1..end + 1].replace("../", &format!("{ROOT}/"))
-}
 
 fn check(pipeline: &Path, extra: &[&str]) -> Output {
     bin()

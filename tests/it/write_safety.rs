@@ -3,7 +3,7 @@
 //! a build killed between finishing its dataset and the swap is swapped in by the next one;
 //! direct writes (`CHATSHARDS_DIRECT_IO=1`) give the same bytes as buffered ones.
 
-mod common;
+use crate::common;
 use common::{bin, project, snapshot, stderr};
 
 use std::collections::BTreeMap;

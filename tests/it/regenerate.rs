@@ -4,9 +4,9 @@
 //! and `token_ids` in the choice as vLLM does, answers deterministically, and injects 429/500,
 //! dropped connections, truncation and another model name on demand.
 
-mod common;
+use crate::common;
 
-use common::{bin, rows, stderr, ROOT};
+use common::{bin, json, rows, stderr, ROOT};
 use serde_json::{json, Value};
 use std::collections::VecDeque;
 use std::io::{BufRead, BufReader, Read, Write};
@@ -303,10 +303,6 @@ fn build(pipeline: &Path) -> std::process::Output {
         .expect("run chatshards")
 }
 
-fn json_file(path: &Path) -> Value {
-    serde_json::from_slice(&std::fs::read(path).expect("read")).expect("json")
-}
-
 fn tally(manifest: &Value, source: &str) -> Value {
     manifest["sources"][source]["regenerate"].clone()
 }
@@ -354,7 +350,7 @@ fn rows_are_the_servers_prompt_and_completion_ids_with_the_mask() {
         assert!(mask[prompt.len()..].iter().all(|&m| m == 1), "{id}");
         assert_eq!(completion.last(), Some(&IM_END));
     }
-    let manifest = json_file(&out.join("manifest.json"));
+    let manifest = json(&out.join("manifest.json"));
     for source in ["chat", "tools"] {
         let t = tally(&manifest, source);
         assert!(balanced(&t), "{source}: {t}");
@@ -391,7 +387,7 @@ fn rows_are_the_servers_prompt_and_completion_ids_with_the_mask() {
         "every request came from the cache"
     );
     let out2 = tmp.path().join("out2");
-    let (m1, m2) = (manifest, json_file(&out2.join("manifest.json")));
+    let (m1, m2) = (manifest, json(&out2.join("manifest.json")));
     assert_eq!(
         (&m1["build_id"], &m1["dataset_sha256"]),
         (&m2["build_id"], &m2["dataset_sha256"])
@@ -418,7 +414,7 @@ fn transient_failures_are_retried_and_lasting_ones_counted() {
     let built = build(&p);
     assert!(built.status.success(), "{}", stderr(&built));
     let out = tmp.path().join("out");
-    let manifest = json_file(&out.join("manifest.json"));
+    let manifest = json(&out.join("manifest.json"));
     let chat = tally(&manifest, "chat");
     assert_eq!(
         (chat["succeeded"].as_u64(), chat["errored"].as_u64()),
@@ -453,7 +449,7 @@ fn transient_failures_are_retried_and_lasting_ones_counted() {
     );
     let built = build(&keep);
     assert!(built.status.success(), "{}", stderr(&built));
-    let manifest = json_file(&tmp.path().join("kept/manifest.json"));
+    let manifest = json(&tmp.path().join("kept/manifest.json"));
     assert_eq!(tally(&manifest, "extra")["truncated"], 1);
     assert_eq!(manifest["sources"]["extra"]["kept"], 1);
     // Only the failing row is asked again (3 attempts): errors are never cached.
@@ -508,7 +504,7 @@ fn per_conversation_rows_where_the_template_keeps_earlier_turns() {
     assert!(built.status.success(), "{}", stderr(&built));
     let log = server.with(|s| s.log.clone());
     assert_eq!(log.len(), 6, "three turns of two chats");
-    let manifest = json_file(&tmp.path().join("kept/manifest.json"));
+    let manifest = json(&tmp.path().join("kept/manifest.json"));
     let kept = rows(&tmp.path().join("kept"));
     assert_eq!(kept.len(), 2, "{}", tally(&manifest, "extra"));
     for (row_ids, mask) in kept.values() {
@@ -553,7 +549,7 @@ fn per_conversation_rows_where_the_template_keeps_earlier_turns() {
     );
     let built = build(&p);
     assert!(built.status.success(), "{}", stderr(&built));
-    let manifest = json_file(&tmp.path().join("split/manifest.json"));
+    let manifest = json(&tmp.path().join("split/manifest.json"));
     let t = tally(&manifest, "extra");
     assert_eq!(
         (t["succeeded"].as_u64(), t["not_verbatim"].as_u64()),
@@ -634,7 +630,7 @@ fn the_lock_pins_the_served_version_and_a_locked_build_checks_it() {
     let built = locked_build(&p, false);
     assert!(built.status.success(), "{}", stderr(&built));
     let out = tmp.path().join("out");
-    let first = json_file(&out.join("manifest.json"));
+    let first = json(&out.join("manifest.json"));
     assert_eq!(first["regenerate"]["chat"]["server_version"], "0.0-test");
     assert_eq!(first["regenerate"]["chat"]["model"], "tiny");
 
@@ -660,7 +656,7 @@ fn the_lock_pins_the_served_version_and_a_locked_build_checks_it() {
     // ...a rebuild from the cache alone still works and is the same dataset...
     let offline = locked_build(&p, true);
     assert!(offline.status.success(), "{}", stderr(&offline));
-    let again = json_file(&out.join("manifest.json"));
+    let again = json(&out.join("manifest.json"));
     assert_eq!(
         (&again["build_id"], &again["dataset_sha256"]),
         (&first["build_id"], &first["dataset_sha256"])
@@ -673,7 +669,7 @@ fn the_lock_pins_the_served_version_and_a_locked_build_checks_it() {
         .contains("server_version: \"0.1-test\""));
     let built = locked_build(&p, false);
     assert!(built.status.success(), "{}", stderr(&built));
-    let upgraded = json_file(&out.join("manifest.json"));
+    let upgraded = json(&out.join("manifest.json"));
     assert_eq!(upgraded["regenerate"]["chat"]["server_version"], "0.1-test");
     assert_ne!(upgraded["build_id"], first["build_id"]);
     assert_eq!(
@@ -748,8 +744,8 @@ fn a_killed_build_resumes_without_resending_and_ends_byte_identical() {
     );
     let (out_a, out_b) = (a.join("out"), b.join("out"));
     let (ma, mb) = (
-        json_file(&out_a.join("manifest.json")),
-        json_file(&out_b.join("manifest.json")),
+        json(&out_a.join("manifest.json")),
+        json(&out_b.join("manifest.json")),
     );
     assert_eq!(ma["dataset_sha256"], mb["dataset_sha256"]);
     for f in ["conversations.jsonl", "rejects.jsonl"] {
@@ -781,7 +777,7 @@ fn cached(dir: &Path) -> Vec<(Vec<u32>, Vec<u32>)> {
     let mut all = Vec::new();
     for sub in std::fs::read_dir(dir).expect("cache").flatten() {
         for f in std::fs::read_dir(sub.path()).expect("cache").flatten() {
-            let record = json_file(&f.path());
+            let record = json(&f.path());
             let body: Value =
                 serde_json::from_str(record["body"].as_str().expect("body")).expect("body json");
             let ids = |k: &str| -> Vec<u32> {
@@ -835,7 +831,7 @@ fn a_real_vllm_server() {
         "one request per generation"
     );
     let out_a = a.join("out");
-    let manifest = json_file(&out_a.join("manifest.json"));
+    let manifest = json(&out_a.join("manifest.json"));
     for source in ["chat", "tools"] {
         let t = tally(&manifest, source);
         eprintln!("{source}: {t}");
@@ -887,7 +883,7 @@ fn a_real_vllm_server() {
     eprintln!("killed with {done} of {total} generations cached; the rerun sent {sent}");
     assert_eq!(sent, total - done, "only the unfinished requests are sent");
     let out_b = b.join("out");
-    let mb = json_file(&out_b.join("manifest.json"));
+    let mb = json(&out_b.join("manifest.json"));
     assert_eq!(manifest["dataset_sha256"], mb["dataset_sha256"]);
     assert_eq!(manifest["sources"], mb["sources"]);
     assert_eq!(rows_a, rows(&out_b));
@@ -922,7 +918,7 @@ fn a_real_vllm_server() {
     );
     let locked = locked_build(&p, false);
     assert!(locked.status.success(), "{}", stderr(&locked));
-    let ml = json_file(&a.join("locked/manifest.json"));
+    let ml = json(&a.join("locked/manifest.json"));
     assert_eq!(ml["regenerate"]["chat"]["server_version"], version.as_str());
     assert_eq!(ml["dataset_sha256"], manifest["dataset_sha256"]);
     assert_eq!(vllm_requests(&url), before, "locked: from the cache");

@@ -1,8 +1,12 @@
-//! Helpers the integration tests share: the binary, the repository root, a command's stderr.
-// Each test binary compiles this module and uses some of it.
+//! Helpers the integration tests share: the binary, the repository root, a command's stderr;
+//! a loopback Hub ([`hub`]).
+// Not every helper is used by the tests of every change.
 #![allow(dead_code)]
 
+pub mod hub;
+
 use arrow_array::{Array, Int32Array, Int8Array, ListArray, StringArray};
+use serde_json::Value;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -106,4 +110,71 @@ pub fn rows(out: &Path) -> BTreeMap<String, (Vec<u32>, Vec<u8>)> {
         }
     }
     rows
+}
+
+/// `dir/pipeline.yaml` (`dir` created if need be): `head`, the shipped Qwen3.6 tokenizer (with
+/// the indented lines of `tokenizer`) and template, then `body`.
+pub fn pipeline_with(dir: &Path, head: &str, tokenizer: &str, body: &str) -> PathBuf {
+    let yaml = format!(
+        "{head}tokenizer:\n  path: {tok}\n{tokenizer}template:\n  path: {tpl}\n{body}",
+        tok = root("templates/qwen3.6/tokenizer.json.zst"),
+        tpl = root("templates/qwen3.6/chat_template.jinja"),
+    );
+    std::fs::create_dir_all(dir).expect("mkdir");
+    let path = dir.join("pipeline.yaml");
+    std::fs::write(&path, yaml).expect("write pipeline");
+    path
+}
+
+/// A pipeline named `test` (seed 7) with the shipped tokenizer and template and `body`.
+pub fn pipeline(dir: &Path, body: &str) -> PathBuf {
+    pipeline_with(dir, "name: test\nseed: 7\n", "", body)
+}
+
+/// `pipelines/demo.yaml` from `render:` to `output:`, with paths made absolute.
+pub fn demo_pipeline_body() -> String {
+    let text = std::fs::read_to_string(root("pipelines/demo.yaml")).expect("demo.yaml");
+    let start = text.find("\nrender:").expect("render:");
+    let end = text.find("\noutput:").expect("output:");
+    text[start + 1..end + 1].replace("../", &format!("{ROOT}/"))
+}
+
+/// `chatshards ARGS PIPELINE`.
+pub fn run(args: &[&str], pipeline: &Path) -> Output {
+    bin()
+        .args(args)
+        .arg(pipeline)
+        .output()
+        .expect("run chatshards")
+}
+
+/// The command's output, once it is known to have succeeded.
+pub fn ok(out: Output) -> Output {
+    assert!(
+        out.status.success(),
+        "exit {:?}\nstdout: {}\nstderr: {}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        stderr(&out)
+    );
+    out
+}
+
+/// A JSON file.
+pub fn json(path: &Path) -> Value {
+    serde_json::from_slice(&std::fs::read(path).expect("read")).expect("json")
+}
+
+/// `manifest.json` of an output directory.
+pub fn manifest(out: &Path) -> Value {
+    json(&out.join("manifest.json"))
+}
+
+/// Every line of a JSON lines file.
+pub fn json_lines(path: &Path) -> Vec<Value> {
+    std::fs::read_to_string(path)
+        .expect("read")
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("json"))
+        .collect()
 }

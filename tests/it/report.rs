@@ -3,24 +3,13 @@
 //! speculators' own code (`tests/oracle/gen_vocab_goldens.py`); the report is opened in headless
 //! Chromium by `tests/oracle/check_report.py` (skipped, saying so, where Chromium is absent).
 
-mod common;
-use common::{bin, ROOT};
+use crate::common;
+use common::{bin, json, ok, ROOT};
 
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
-
-fn ok(out: Output) -> Output {
-    assert!(
-        out.status.success(),
-        "exit {:?}\nstdout: {}\nstderr: {}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out
-}
+use std::process::Command;
 
 /// pipelines/demo.yaml with its paths made absolute and its output in `dir/out`.
 fn demo(dir: &Path) -> (PathBuf, PathBuf) {
@@ -40,10 +29,6 @@ fn build(pipeline: &Path, threads: u32) {
         .arg(pipeline)
         .output()
         .expect("run"));
-}
-
-fn json(path: &Path) -> Value {
-    serde_json::from_slice(&std::fs::read(path).expect("read")).expect("json")
 }
 
 fn sha256(path: &Path) -> String {

@@ -2,32 +2,21 @@
 //! with "did you mean", tables that fit 80 columns, and `diff` that names settings and matches
 //! rows by content.
 
-mod common;
-use common::{bin, root, stderr};
+use crate::common;
+use common::{bin, pipeline_with, run, stderr};
 
 use serde_json::Value;
 use std::path::{Path, PathBuf};
-use std::process::Output;
 
 /// A pipeline in `dir` with the shipped tokenizer and template (short answers count:
 /// `min_supervised_tokens: 1`) and `body` appended.
 fn pipeline(dir: &Path, body: &str) -> PathBuf {
-    let yaml = format!(
-        "name: first-hour\nseed: 7\nmin_supervised_tokens: 1\ntokenizer:\n  path: {tok}\ntemplate:\n  path: {tpl}\n{body}",
-        tok = root("templates/qwen3.6/tokenizer.json.zst"),
-        tpl = root("templates/qwen3.6/chat_template.jinja"),
-    );
-    let path = dir.join("pipeline.yaml");
-    std::fs::write(&path, yaml).expect("write pipeline");
-    path
-}
-
-fn run(args: &[&str], pipeline: &Path) -> Output {
-    bin()
-        .args(args)
-        .arg(pipeline)
-        .output()
-        .expect("run chatshards")
+    pipeline_with(
+        dir,
+        "name: first-hour\nseed: 7\nmin_supervised_tokens: 1\n",
+        "",
+        body,
+    )
 }
 
 /// ShareGPT rows with `user`/`assistant` roles (the defaults are `human`/`gpt`).

@@ -3,7 +3,7 @@
 //! row code) for the demo conversations; malformed, oversized and concurrent requests.
 //! `make test-speculators-render` runs speculators' own prepare-data against it.
 
-mod common;
+use crate::common;
 use common::{bin, root, ROOT};
 
 use serde_json::{json, Value};

@@ -2,7 +2,7 @@
 //! of the pass that follows) goes on from its journal when started again, and writes exactly
 //! the bytes of an uninterrupted build; a resume of changed inputs is refused, naming them.
 
-mod common;
+use crate::common;
 use common::{bin, project, snapshot, stderr};
 
 use std::path::{Path, PathBuf};

@@ -1,7 +1,7 @@
 //! Build progress where stderr is not a terminal (CI, logs): periodic plain lines with a
 //! percent and ETA, one line per source when it is done, and `--quiet`.
 
-mod common;
+use crate::common;
 use common::root;
 
 use serde_json::Value;

@@ -2,8 +2,8 @@
 //! on both sides under any render policy, with `max_repeats` copies; each source gives its
 //! share; the split is the same bytes at 1 and 4 threads and in parts; `verify` recomputes it.
 
-mod common;
-use common::{bin, project, snapshot, stderr};
+use crate::common;
+use common::{bin, manifest, project, snapshot, stderr};
 
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
@@ -32,11 +32,6 @@ fn build(pipeline: &Path, extra: &[&str]) -> String {
         .expect("run chatshards");
     assert!(out.status.success(), "{}", stderr(&out));
     stderr(&out)
-}
-
-fn manifest(out: &Path) -> Value {
-    serde_json::from_slice(&std::fs::read(out.join("manifest.json")).expect("manifest"))
-        .expect("json")
 }
 
 /// `(sample_id, source)` of every row, in shard order.

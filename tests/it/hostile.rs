@@ -3,8 +3,8 @@
 //! corrupted shards. Every case asserts the exact outcome, and every run of the binary has a
 //! deadline, so nothing here can hang CI.
 
-mod common;
-use common::{bin, root, stderr};
+use crate::common;
+use common::{bin, manifest, root, stderr};
 
 use serde_json::{json, Value};
 use std::io::Write;
@@ -115,11 +115,6 @@ fn project(rows: usize, out: &str) -> (tempfile::TempDir, PathBuf) {
     std::fs::write(&file, chat_rows(rows)).expect("write rows");
     let p = pipeline_yaml(tmp.path(), &source("chat", &file), "", out);
     (tmp, p)
-}
-
-fn manifest(dir: &Path) -> Value {
-    serde_json::from_slice(&std::fs::read(dir.join("manifest.json")).expect("manifest"))
-        .expect("json")
 }
 
 /// Per source: read = kept + rejected + filtered + deduplicated.
