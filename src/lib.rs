@@ -5,7 +5,7 @@
 //! [`render`] → [`tokenize`] → [`write`], driven by [`engine`], accounted in [`report`].
 //!
 //! Layers, top to bottom; a module names only modules below it (no dependency cycle, checked
-//! by `tests/structure.rs`):
+//! by `tests/it/structure.rs`):
 //! 1. [`commands`] (one per subcommand) and [`cli`]: glue that drives the engine.
 //! 2. [`engine`]: a build from start to end (output directory, journal, passes, per-row path,
 //!    curation's per-row steps, partitions, progress).

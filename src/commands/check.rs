@@ -296,7 +296,7 @@ pub fn run(args: &CheckArgs, printer: &Printer) -> Result<()> {
         let example = examples[i].take().map(|(sample_id, ids, mask)| Example {
             tokens: ids.len(),
             supervised_tokens: mask.iter().filter(|&&m| m == 1).count(),
-            text: super::inspect::highlight(&processor.tokenizer, &ids, &mask, false),
+            text: crate::tokenize::mask::highlight(&processor.tokenizer, &ids, &mask, false),
             sample_id,
         });
         let checks = std::mem::take(&mut files[i]);

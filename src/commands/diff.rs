@@ -12,7 +12,7 @@
 //! [`RowKey`] (32 bytes) per row of each dataset, so two 913,786-row datasets take about 58 MB;
 //! a second pass over the shards names the examples.
 
-use super::dataset_dir::{read_shard, OutputDir, RowColumns};
+use crate::write::read_back::{read_shard, OutputDir, RowColumns};
 use anyhow::{bail, Result};
 use serde::Serialize;
 use serde_json::Value;

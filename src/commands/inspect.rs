@@ -88,7 +88,7 @@ pub fn run(dir: &Path, which: &Which, tokenizer: Option<&Path>) -> Result<()> {
     };
     // Rows of the wanted source seen so far.
     let mut of_source = 0u64;
-    let tokenizer = super::shipped::tokenizer(tokenizer)?;
+    let tokenizer = crate::tokenize::shipped::tokenizer(tokenizer)?;
     for shard in shards {
         let path = dir.join(&shard.file);
         verify(&path, shard)?;
@@ -197,7 +197,7 @@ fn show(
         "row {row}  sample_id {sample_id}  source {source}  seq_len {}  supervised {supervised}\n\n",
         ids.len()
     );
-    text.push_str(&highlight(
+    text.push_str(&crate::tokenize::mask::highlight(
         tokenizer,
         &ids,
         &mask,
@@ -227,31 +227,4 @@ fn verify(path: &Path, shard: &Shard) -> Result<()> {
         );
     }
     Ok(())
-}
-
-/// Decodes ids, marking supervised runs with color on a terminal and `⟦…⟧` otherwise.
-pub(crate) fn highlight(tokenizer: &Tokenizer, ids: &[u32], mask: &[i8], color: bool) -> String {
-    let (open, close) = if color {
-        ("\x1b[32m", "\x1b[0m")
-    } else {
-        ("⟦", "⟧")
-    };
-    let mut out = String::new();
-    let mut start = 0;
-    while start < ids.len() {
-        let m = mask[start];
-        let end = (start..ids.len())
-            .find(|&j| mask[j] != m)
-            .unwrap_or(ids.len());
-        let text = String::from_utf8_lossy(&tokenizer.decode_bytes(&ids[start..end])).into_owned();
-        if m == 1 {
-            out.push_str(open);
-            out.push_str(&text);
-            out.push_str(close);
-        } else {
-            out.push_str(&text);
-        }
-        start = end;
-    }
-    out
 }

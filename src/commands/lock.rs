@@ -8,7 +8,7 @@
 //! `files`) are kept as they are, so relocking is stable and needs no network; `--upgrade`
 //! re-resolves everything, `--check` only verifies.
 
-use super::fetch::{hinted, with_lock_path, FetchBars};
+use crate::engine::progress::FetchBars;
 use crate::hub::{self, Hub, HubError, LockedFile, LockedRepo, LockedServer, Lockfile};
 use crate::printer::Printer;
 use anyhow::Result;
@@ -24,7 +24,7 @@ pub struct LockArgs {
 
 pub fn run(args: &LockArgs, printer: &Printer) -> Result<()> {
     let pipeline = args.pipeline.as_path();
-    let fail = |error: HubError| hinted(error, pipeline);
+    let fail = |error: HubError| anyhow::anyhow!(error.explained(pipeline));
     let specs = hub::hub_specs_of(pipeline).map_err(fail)?;
     let (config, _) = crate::plan::parse(pipeline)?;
     let local = crate::plan::local_files(pipeline, &config);
@@ -57,7 +57,7 @@ pub fn run(args: &LockArgs, printer: &Printer) -> Result<()> {
         let mut reasons = match lock.check(&specs) {
             Ok(()) => Vec::new(),
             Err(HubError::StaleLock { reasons, .. }) => reasons,
-            Err(error) => return Err(fail(with_lock_path(error, &lock_path))),
+            Err(error) => return Err(fail(error.with_lock_path(&lock_path))),
         };
         reasons.extend(lock.check_local(&local, &kwargs));
         reasons.extend(lock.check_servers(&models.keys().cloned().collect::<Vec<_>>()));

@@ -2,7 +2,6 @@
 
 pub mod build;
 pub mod check;
-pub mod dataset_dir;
 pub mod diff;
 pub mod export;
 pub mod fetch;
@@ -13,7 +12,6 @@ pub mod part;
 pub mod render;
 pub mod report;
 pub mod serve;
-pub mod shipped;
 pub mod stats;
 pub mod verify;
 pub mod vocab;

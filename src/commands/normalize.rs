@@ -56,7 +56,7 @@ pub fn run(args: &NormalizeArgs, printer: &Printer) -> Result<()> {
     let adapter = crate::plan::adapter(format, &columns, &tags, &options)
         .map_err(|errors| anyhow!("{}", errors.join("; ")))?;
     // The same control-token list a build rejects on.
-    let tokenizer = super::shipped::tokenizer(args.tokenizer.as_deref())?;
+    let tokenizer = crate::tokenize::shipped::tokenizer(args.tokenizer.as_deref())?;
     let validator = Validator::new(&tokenizer.forbidden);
     let name = adapter.name();
 

@@ -8,12 +8,10 @@
 
 use crate::adapt::{Adapter, OpenAiAdapter, Repairs};
 use crate::engine::row_path::{RowProcessor, Tokenized};
-use crate::plan::config::{LengthPolicy, RenderPolicy};
+use crate::engine::session::template_processor;
+use crate::plan::config::RenderPolicy;
 use crate::printer::Printer;
 use crate::read::{next_line, Line};
-use crate::render::Renderer;
-use crate::tokenize::{Backend, Tokenizer};
-use crate::validate::Validator;
 use anyhow::{Context, Result};
 use serde_json::{json, Value};
 use std::io::{BufWriter, Write};
@@ -25,7 +23,7 @@ pub fn run(
     policy: RenderPolicy,
     kwargs: Option<&str>,
 ) -> Result<()> {
-    let processor = processor(template, tokenizer, policy, kwargs)?;
+    let processor = template_processor(template, tokenizer, policy, kwargs)?;
     let adapter = Adapter::OpenAi(OpenAiAdapter::default());
     let mut stdin = std::io::stdin().lock();
     let mut out = BufWriter::new(std::io::stdout().lock());
@@ -120,54 +118,6 @@ fn write_rows(
             &json!({"error": {"code": "no_assistant_turn", "message": "nothing to render"}}),
         ),
     }
-}
-
-/// The chat template at `path`, or without a path the Qwen3.6 one built into the binary.
-pub fn template_source(path: Option<&Path>) -> Result<String> {
-    match path {
-        Some(path) => std::fs::read_to_string(path)
-            .with_context(|| format!("failed to read template `{}`", path.display())),
-        None => Ok(crate::model::embedded::TEMPLATE.to_owned()),
-    }
-}
-
-/// The row processor of `render` and `serve-render`: the template and tokenizer at their
-/// paths, or the built-in Qwen3.6 ones.
-pub fn processor(
-    template: Option<&Path>,
-    tokenizer: Option<&Path>,
-    policy: RenderPolicy,
-    kwargs: Option<&str>,
-) -> Result<RowProcessor> {
-    let source = template_source(template)?;
-    let kwargs = match kwargs {
-        Some(k) => match serde_json::from_str::<Value>(k).context("--kwargs is not valid JSON")? {
-            Value::Object(o) => o,
-            _ => anyhow::bail!("--kwargs must be a JSON object"),
-        },
-        None => Default::default(),
-    };
-    let renderer = Renderer::new(&source, kwargs).with_context(|| {
-        let shown = crate::plan::shown_input(template, crate::model::embedded::TEMPLATE_SHOWN);
-        format!("in template {shown}")
-    })?;
-    // The build's encoder choice (the fast encoder when the tokenizer qualifies and passes its
-    // self-check; the same ids): the `tokenizers` crate keeps about 120 bytes per input byte
-    // of a long text (its offsets and token strings), so a 60 MB line needed 9 GB.
-    let tokenizer = std::sync::Arc::new(Tokenizer::load_or_embedded(tokenizer, Backend::Auto)?.0);
-    let validator = Validator::new(&tokenizer.forbidden);
-    Ok(RowProcessor {
-        renderer,
-        tokenizer,
-        validator,
-        policy,
-        max_tokens: usize::MAX,
-        length_policy: LengthPolicy::Drop,
-        min_supervised_tokens: 0,
-        mask: crate::tokenize::mask::MaskRule::standard(),
-        verify_basis_points: None,
-        render_verify_basis_points: None,
-    })
 }
 
 /// Renders one input line into its rows, or the code and message of why not.

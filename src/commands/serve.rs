@@ -120,13 +120,13 @@ impl Service {
             }
             // Either left out: the built-in Qwen3.6 one.
             (None, template, tokenizer) => {
-                let processor = super::render::processor(
+                let processor = crate::engine::session::template_processor(
                     template.as_deref(),
                     tokenizer.as_deref(),
                     RenderPolicy::All,
                     args.kwargs.as_deref(),
                 )?;
-                let source = super::render::template_source(template.as_deref())?;
+                let source = crate::engine::session::template_source(template.as_deref())?;
                 let kwargs = match &args.kwargs {
                     Some(k) => serde_json::from_str(k).context("--kwargs must be a JSON object")?,
                     None => Map::new(),

@@ -16,13 +16,13 @@
 //! A dataset replaced while it is read (a build's final swap) could look damaged: a check that
 //! fails when the directory or its manifest changed during it runs again on the new one.
 
-use super::dataset_dir::{read_shard, OutputDir};
 use crate::engine::session::BuildArgs;
 use crate::hub::{hash_file, Lockfile};
 use crate::model::split;
 use crate::printer::Printer;
 use crate::write::identity::{self, Identity, IdentityInput};
 use crate::write::manifest::Validation;
+use crate::write::read_back::{read_shard, OutputDir};
 use crate::write::VALIDATION_DIR;
 use anyhow::{bail, Context, Result};
 use serde_json::Value;
@@ -204,7 +204,7 @@ pub fn check(out: &OutputDir) -> Result<()> {
             let Some(seed) = split_seed else {
                 return Ok(());
             };
-            let ids = super::dataset_dir::RowColumns::of(batch, &path)?.sample_id;
+            let ids = crate::write::read_back::RowColumns::of(batch, &path)?.sample_id;
             let Some(sources) = batch
                 .column_by_name("source")
                 .and_then(|c| c.as_any().downcast_ref::<arrow_array::StringArray>())

@@ -6,8 +6,8 @@
 //! recorded as derived ([`crate::write::derived`]), so the next build into the directory
 //! replaces them with the dataset instead of refusing the directory.
 
-use crate::commands::stats::TOKEN_FREQ;
 use crate::printer::Printer;
+use crate::report::files::TOKEN_FREQ;
 use crate::report::token_freq;
 use crate::write::derived;
 use anyhow::{bail, Context, Result};
@@ -140,7 +140,7 @@ pub fn run(args: &VocabArgs, printer: &Printer) -> Result<()> {
     let target = match args.target_vocab_size {
         Some(n) => n,
         None => {
-            let (_, stats) = crate::commands::stats::load(&args.dir)?;
+            let (_, stats) = crate::report::files::load(&args.dir)?;
             let stats = stats.with_context(|| {
                 format!(
                     "no stats.json in `{}`: pass --target-vocab-size",

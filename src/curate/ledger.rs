@@ -445,7 +445,7 @@ impl Ledger {
     /// work pass; returns them sorted by position (the order the pass reads them in).
     pub fn extend(&mut self, source: usize, rows: usize) -> Vec<Wanted> {
         let s = &mut self.sources[source];
-        let end = (s.queued + rows).min(s.eligible.len());
+        let end = s.queued.saturating_add(rows).min(s.eligible.len());
         let mut wanted: Vec<Wanted> = s.eligible[s.queued..end]
             .iter()
             .map(|&l| {
@@ -823,3 +823,6 @@ fn add_kept(stats: &mut SourceStats, k: &KeptWork, original: bool) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;

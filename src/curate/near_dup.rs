@@ -16,7 +16,7 @@
 //!   any x86-64, and the cost is about 75 ns a shingle on baseline x86-64 (SSE2, which lacks a
 //!   32-bit lane multiply and unsigned minimum) and a few times less where the CPU has AVX2
 //!   (detected at run time; integer arithmetic, so the values are the same), instead of 460 ns
-//!   for the 64-bit `mod 2^61 - 1` form; `tests/near_dup.rs` shows the grouping still follows
+//!   for the 64-bit `mod 2^61 - 1` form; `tests/it/near_dup.rs` shows the grouping still follows
 //!   the theory;
 //! - band `j` hashes its `rows` minima (4 little-endian bytes each) with `xxh3_64(·, seed)`.
 //!
@@ -27,7 +27,7 @@
 //! Jaccard similarity J becomes a candidate is 1 − (1 − J^12)^22: 0.966 at J = 0.85, 0.999 at
 //! 0.9, 0.51 at 0.75, 0.26 at 0.7, 0.0054 at 0.5; the implied threshold (1/22)^(1/12) ≈ 0.773
 //! (datatrove's 14 × 8: ≈ 0.72, with 0.988 at 0.85 but 5.3% at 0.5). The state is 22 × 8 = 176
-//! bytes a row. `tests/near_dup.rs` measures it against exact Jaccard similarity.
+//! bytes a row. `tests/it/near_dup.rs` measures it against exact Jaccard similarity.
 
 use super::text::{self, RowText, Scope};
 use crate::conversation::Conversation;

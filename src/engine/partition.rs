@@ -115,46 +115,58 @@ pub fn shares(plan: &Plan, part: PartSpec) -> Result<Sampling, ReadError> {
         if files.contains_key(path) {
             continue;
         }
-        let share = match crate::read::splitting(path)? {
-            Splitting::Lines => {
-                let size = fs::metadata(path)
-                    .map_err(|e| ReadError::Io(path.clone(), e))?
-                    .len();
-                let cut = |i: usize| (u128::from(size) * i as u128 / part.count as u128) as u64;
-                FileSample::LineRange {
-                    lo: cut(part.index),
-                    hi: cut(part.index + 1),
-                }
-            }
-            Splitting::RowGroups(groups) => {
-                // A group goes to the part whose share of the file's rows holds its first row.
-                let total: u64 = groups.iter().sum();
-                let mut rows = Vec::new();
-                let mut first = 0u64;
-                for n in groups {
-                    let owner = u128::from(first) * part.count as u128 / u128::from(total.max(1));
-                    if owner as usize == part.index {
-                        rows.extend(first..first + n);
-                    }
-                    first += n;
-                }
-                FileSample::Records(rows)
-            }
-            Splitting::Whole => {
-                whole += 1;
-                if (whole - 1) % part.count == part.index {
-                    FileSample::All
-                } else {
-                    FileSample::Records(Vec::new())
-                }
-            }
+        let splitting = crate::read::splitting(path)?;
+        let size = match splitting {
+            Splitting::Lines => fs::metadata(path)
+                .map_err(|e| ReadError::Io(path.clone(), e))?
+                .len(),
+            _ => 0,
         };
-        files.insert(path.clone(), share);
+        files.insert(path.clone(), share(&splitting, size, whole, part));
+        if matches!(splitting, Splitting::Whole) {
+            whole += 1;
+        }
     }
     Ok(Sampling {
         files,
         bytes_read: Arc::default(),
     })
+}
+
+/// Part `part`'s share of one file split as `splitting`: `size` is its length in bytes (JSON
+/// lines), `whole` the number of files before it that go whole to one part (they are dealt
+/// round-robin).
+fn share(splitting: &Splitting, size: u64, whole: usize, part: PartSpec) -> FileSample {
+    match splitting {
+        Splitting::Lines => {
+            let cut = |i: usize| (u128::from(size) * i as u128 / part.count as u128) as u64;
+            FileSample::LineRange {
+                lo: cut(part.index),
+                hi: cut(part.index + 1),
+            }
+        }
+        Splitting::RowGroups(groups) => {
+            // A group goes to the part whose share of the file's rows holds its first row.
+            let total: u64 = groups.iter().sum();
+            let mut rows = Vec::new();
+            let mut first = 0u64;
+            for &n in groups {
+                let owner = u128::from(first) * part.count as u128 / u128::from(total.max(1));
+                if owner as usize == part.index {
+                    rows.extend(first..first + n);
+                }
+                first += n;
+            }
+            FileSample::Records(rows)
+        }
+        Splitting::Whole => {
+            if whole % part.count == part.index {
+                FileSample::All
+            } else {
+                FileSample::Records(Vec::new())
+            }
+        }
+    }
 }
 
 /// A frame of a part file as written and read.
@@ -439,3 +451,6 @@ impl Parts {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests;

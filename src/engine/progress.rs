@@ -1,6 +1,6 @@
 //! Build progress: one bar for the whole build on a terminal, a plain line every few seconds
-//! elsewhere (CI, logs, `| tee`), and one line per source when it is done. The only place that
-//! knows about indicatif.
+//! elsewhere (CI, logs, `| tee`), and one line per source when it is done; one bar per Hub
+//! download ([`FetchBars`]). The only place that knows about indicatif.
 //!
 //! How far the build is, and its ETA, come from an estimate of the whole build made up front
 //! ([`crate::read::file_size`]): every input's size in one unit, bytes of input (a JSON file's
@@ -17,12 +17,15 @@
 //! estimate holds the percent until the build catches up with it.
 
 use super::{Pass, Progress};
+use crate::hub::{FetchProgress, ResolvedFile};
 use crate::plan::Plan;
 use crate::printer::Printer;
 use crate::read::{file_size, FileSize};
 use crate::report::SourceStats;
-use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use indicatif::{HumanBytes, MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
+use std::collections::HashMap;
 use std::io::IsTerminal;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -571,6 +574,92 @@ impl State {
             elapsed: scan_secs + work_secs,
             eta,
         }
+    }
+}
+
+/// One bar per file being downloaded; a line per finished download.
+pub struct FetchBars {
+    multi: MultiProgress,
+    printer: Printer,
+    bars: Mutex<HashMap<String, ProgressBar>>,
+    style: Option<ProgressStyle>,
+    pub downloaded_files: AtomicU64,
+    pub downloaded_bytes: AtomicU64,
+}
+
+impl FetchBars {
+    pub fn new(printer: &Printer) -> Self {
+        let target = if printer.progress_enabled() {
+            ProgressDrawTarget::stderr()
+        } else {
+            ProgressDrawTarget::hidden()
+        };
+        let style = ProgressStyle::with_template(
+            "{prefix:.bold} [{bar:30}] {bytes}/{total_bytes} {bytes_per_sec} eta {eta}",
+        )
+        .ok()
+        .map(|style| style.progress_chars("=> "));
+        FetchBars {
+            multi: MultiProgress::with_draw_target(target),
+            printer: *printer,
+            bars: Mutex::new(HashMap::new()),
+            style,
+            downloaded_files: AtomicU64::new(0),
+            downloaded_bytes: AtomicU64::new(0),
+        }
+    }
+
+    pub fn clear(&self) {
+        if let Ok(mut bars) = self.bars.lock() {
+            for (_, bar) in bars.drain() {
+                bar.finish_and_clear();
+            }
+        }
+        let _ = self.multi.clear();
+    }
+}
+
+impl FetchProgress for FetchBars {
+    fn download_started(&self, label: &str, size: u64, resumed_from: u64) {
+        let bar = self.multi.add(ProgressBar::new(size));
+        if let Some(style) = &self.style {
+            bar.set_style(style.clone());
+        }
+        bar.set_prefix(label.to_owned());
+        bar.set_position(resumed_from);
+        if let Ok(mut bars) = self.bars.lock() {
+            if let Some(old) = bars.insert(label.to_owned(), bar) {
+                old.finish_and_clear();
+            }
+        }
+    }
+
+    fn downloaded(&self, label: &str, bytes: u64) {
+        self.downloaded_bytes.fetch_add(bytes, Ordering::Relaxed);
+        if let Ok(bars) = self.bars.lock() {
+            if let Some(bar) = bars.get(label) {
+                bar.inc(bytes);
+            }
+        }
+    }
+
+    fn file_ready(&self, file: &ResolvedFile, downloaded: bool) {
+        if !downloaded {
+            return;
+        }
+        self.downloaded_files.fetch_add(1, Ordering::Relaxed);
+        let label = format!("{}/{}", file.repo, file.path);
+        if let Ok(mut bars) = self.bars.lock() {
+            if let Some(bar) = bars.remove(&label) {
+                bar.finish_and_clear();
+            }
+        }
+        let line = format!(
+            "Downloaded {} {label} ({})",
+            file.kind,
+            HumanBytes(file.size)
+        );
+        self.multi.suspend(|| self.printer.info(&line));
     }
 }
 

@@ -1219,11 +1219,11 @@ impl Context<'_> {
         type Done<T> = (usize, std::thread::Result<Result<Vec<T>, ReadError>>);
         let (tx, done) = channel::<Done<T>>();
         self.pool.in_place_scope(|jobs| -> Result<(), RunError> {
-            let (mut started, mut next_commit) = (0usize, 0usize);
-            let mut worked: BTreeMap<usize, Vec<T>> = BTreeMap::new();
+            let mut started = 0usize;
+            let mut worked = InOrder::default();
             let result = (|| {
-                while next_commit < todo.len() {
-                    while started < todo.len() && started < next_commit + in_flight {
+                while worked.committed() < todo.len() {
+                    while started < todo.len() && started < worked.committed() + in_flight {
                         let (seq, chunk, tx, job) = (started, todo[started], tx.clone(), &job);
                         started += 1;
                         jobs.spawn(move |_| {
@@ -1236,8 +1236,7 @@ impl Context<'_> {
                     }
                     let Ok((seq, rows)) = done.recv() else { break };
                     worked.insert(seq, resume(rows)?);
-                    while let Some(rows) = worked.remove(&next_commit) {
-                        next_commit += 1;
+                    while let Some(rows) = worked.next_due() {
                         commit(rows)?;
                     }
                 }
@@ -1304,11 +1303,11 @@ impl Context<'_> {
                 })
                 .expect("failed to spawn thread");
             let outcome = self.pool.in_place_scope(|jobs| -> Result<(), RunError> {
-                let (mut read, mut next_commit) = (0u64, 0u64);
+                let mut read = 0usize;
                 let mut reading = true;
-                let mut worked: BTreeMap<u64, Vec<T>> = BTreeMap::new();
+                let mut worked = InOrder::default();
                 let mut read_result: Result<(), ReadError> = Ok(());
-                while reading || next_commit < read {
+                while reading || worked.committed() < read {
                     let Ok(event) = events.recv() else { break };
                     match event {
                         Event::Batch(batch) => {
@@ -1324,8 +1323,7 @@ impl Context<'_> {
                         }
                         Event::Worked(seq, rows) => {
                             worked.insert(seq, resume(rows));
-                            while let Some(rows) = worked.remove(&next_commit) {
-                                next_commit += 1;
+                            while let Some(rows) = worked.next_due() {
                                 commit(rows)?;
                                 if let Some(tx) = &credit_tx {
                                     let _ = tx.send(());
@@ -1386,10 +1384,46 @@ impl Batch {
     }
 }
 
+/// Job results handed over in the order the jobs were started, whatever order they finish
+/// in: what a pass commits (and so the journal, the spill and the output) never depends on
+/// the threads.
+struct InOrder<T> {
+    next: usize,
+    waiting: BTreeMap<usize, T>,
+}
+
+impl<T> Default for InOrder<T> {
+    fn default() -> Self {
+        InOrder {
+            next: 0,
+            waiting: BTreeMap::new(),
+        }
+    }
+}
+
+impl<T> InOrder<T> {
+    /// The result of job `seq` (numbered from 0 in start order).
+    fn insert(&mut self, seq: usize, result: T) {
+        self.waiting.insert(seq, result);
+    }
+
+    /// The next result in start order, once it has arrived.
+    fn next_due(&mut self) -> Option<T> {
+        let result = self.waiting.remove(&self.next)?;
+        self.next += 1;
+        Some(result)
+    }
+
+    /// How many results have been handed over.
+    fn committed(&self) -> usize {
+        self.next
+    }
+}
+
 /// What the coordinator of a pass hears about, from the reader and from the pool's jobs.
 enum Event<T> {
     Batch(Vec<RawRow>),
-    Worked(u64, std::thread::Result<Vec<T>>),
+    Worked(usize, std::thread::Result<Vec<T>>),
     ReadDone(std::thread::Result<Result<(), ReadError>>),
 }
 
@@ -1510,6 +1544,9 @@ fn write_note(w: &mut dyn Write, plan: &Plan, note: &RowNote, name: &str) -> Res
     w.write_all(line.as_bytes())
         .map_err(|e| RunError::SideOutput(name.to_owned(), e))
 }
+
+#[cfg(test)]
+mod scheduler_tests;
 
 #[cfg(test)]
 mod tests {

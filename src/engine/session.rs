@@ -7,6 +7,7 @@ use crate::engine::journal::{InputStamp, Journal, ResumeKey};
 use crate::engine::progress::BuildProgress;
 use crate::engine::row_path::RowProcessor;
 use crate::engine::{self, Sinks};
+use crate::plan::config::{LengthPolicy, RenderPolicy};
 use crate::plan::{self, HubAccess, Plan};
 use crate::printer::Printer;
 use crate::render::Renderer;
@@ -553,6 +554,57 @@ pub fn resume_key(plan: &Plan, hashed: Option<&[InputFile]>) -> Result<ResumeKey
         template_kwargs: serde_json::Value::Object(plan.template.kwargs.clone()),
         tokenizer_sha256: plan.tokenizer_sha256.clone(),
         inputs,
+    })
+}
+
+/// The chat template at `path`, or without a path the Qwen3.6 one built into the binary.
+pub fn template_source(path: Option<&Path>) -> Result<String> {
+    match path {
+        Some(path) => fs::read_to_string(path)
+            .with_context(|| format!("failed to read template `{}`", path.display())),
+        None => Ok(crate::model::embedded::TEMPLATE.to_owned()),
+    }
+}
+
+/// A per-row processor from a template and a tokenizer alone, without a pipeline (`render`,
+/// `serve-render`): the files at their paths or the built-in Qwen3.6 ones, every row's full
+/// length, the standard mask, no spot checks.
+pub fn template_processor(
+    template: Option<&Path>,
+    tokenizer: Option<&Path>,
+    policy: RenderPolicy,
+    kwargs: Option<&str>,
+) -> Result<RowProcessor> {
+    let source = template_source(template)?;
+    let kwargs = match kwargs {
+        Some(k) => match serde_json::from_str::<serde_json::Value>(k)
+            .context("--kwargs is not valid JSON")?
+        {
+            serde_json::Value::Object(o) => o,
+            _ => anyhow::bail!("--kwargs must be a JSON object"),
+        },
+        None => Default::default(),
+    };
+    let renderer = Renderer::new(&source, kwargs).with_context(|| {
+        let shown = crate::plan::shown_input(template, crate::model::embedded::TEMPLATE_SHOWN);
+        format!("in template {shown}")
+    })?;
+    // The build's encoder choice (the fast encoder when the tokenizer qualifies and passes its
+    // self-check; the same ids): the `tokenizers` crate keeps about 120 bytes per input byte
+    // of a long text (its offsets and token strings), so a 60 MB line needed 9 GB.
+    let tokenizer = Arc::new(Tokenizer::load_or_embedded(tokenizer, Backend::Auto)?.0);
+    let validator = Validator::new(&tokenizer.forbidden);
+    Ok(RowProcessor {
+        renderer,
+        tokenizer,
+        validator,
+        policy,
+        max_tokens: usize::MAX,
+        length_policy: LengthPolicy::Drop,
+        min_supervised_tokens: 0,
+        mask: crate::tokenize::mask::MaskRule::standard(),
+        verify_basis_points: None,
+        render_verify_basis_points: None,
     })
 }
 

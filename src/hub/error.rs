@@ -374,6 +374,32 @@ fn describe(expected_by: &Expected) -> &'static str {
 }
 
 impl HubError {
+    /// Fills in which lockfile a staleness error is about.
+    pub fn with_lock_path(self, path: &Path) -> Self {
+        match self {
+            HubError::StaleLock { reasons, .. } => HubError::StaleLock {
+                path: Some(path.to_owned()),
+                reasons,
+            },
+            other => other,
+        }
+    }
+
+    /// The error, its causes, and what to do, as one message (the `hint:` goes last, after
+    /// the causes, as uv prints it).
+    pub fn explained(&self, pipeline: &Path) -> String {
+        let mut message = self.to_string();
+        let mut source = std::error::Error::source(self);
+        while let Some(cause) = source {
+            message.push_str(&format!("\n  caused by: {cause}"));
+            source = cause.source();
+        }
+        if let Some(hint) = self.hint_for(Some(pipeline)) {
+            message.push_str(&format!("\n\nhint: {hint}"));
+        }
+        message
+    }
+
     /// What to do about it, with `PIPELINE.yaml` as a placeholder for the pipeline path.
     pub fn hint(&self) -> Option<String> {
         self.hint_for(None)

@@ -1,5 +1,5 @@
 //! How fetching reports progress. The hub layer only calls this trait; the CLI draws bars
-//! (`commands::fetch`), tests count events, and [`NoProgress`] ignores them.
+//! (`engine::progress::FetchBars`), tests count events, and [`NoProgress`] ignores them.
 
 use super::ResolvedFile;
 

@@ -900,6 +900,9 @@ fn unused_tags(tags: &TagsConfig, unused: &mut impl FnMut(&str, bool)) {
 }
 
 #[cfg(test)]
+mod compile_tests;
+
+#[cfg(test)]
 mod tests {
     use super::selection_names;
 

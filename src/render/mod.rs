@@ -31,7 +31,7 @@ const TEMPLATE_NAME: &str = "chat_template";
 /// of the messages', tools' and variables' JSON text, and the number of messages.
 ///
 /// Measured with the official templates (Qwen3.6, Qwen3.5, Qwen3) over the oracle cases, the
-/// demo rows and synthetic trajectories up to 23 MB and 4,000 messages (`tests/hostile.rs`,
+/// demo rows and synthetic trajectories up to 23 MB and 4,000 messages (`tests/it/hostile.rs`,
 /// `template_limits_leave_a_wide_margin`): every render stays at least 23x under its fuel and
 /// 16x under its output cap.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

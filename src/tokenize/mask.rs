@@ -8,7 +8,7 @@
 
 use super::mask_config::{Boundary, MaskSettings};
 use super::vocab::{TokenBytes, TokenizerError};
-use super::Encoder;
+use super::{Encoder, Tokenizer};
 use std::ops::Range;
 
 /// The ChatML turn markers, as text and as token ids of the loaded tokenizer.
@@ -430,6 +430,33 @@ fn text_spans(
         from = end;
     }
     spans
+}
+
+/// Decodes ids, marking supervised runs with color on a terminal and `⟦…⟧` otherwise.
+pub fn highlight(tokenizer: &Tokenizer, ids: &[u32], mask: &[i8], color: bool) -> String {
+    let (open, close) = if color {
+        ("\x1b[32m", "\x1b[0m")
+    } else {
+        ("⟦", "⟧")
+    };
+    let mut out = String::new();
+    let mut start = 0;
+    while start < ids.len() {
+        let m = mask[start];
+        let end = (start..ids.len())
+            .find(|&j| mask[j] != m)
+            .unwrap_or(ids.len());
+        let text = String::from_utf8_lossy(&tokenizer.decode_bytes(&ids[start..end])).into_owned();
+        if m == 1 {
+            out.push_str(open);
+            out.push_str(&text);
+            out.push_str(close);
+        } else {
+            out.push_str(&text);
+        }
+        start = end;
+    }
+    out
 }
 
 #[cfg(test)]

@@ -11,6 +11,7 @@ pub mod mask;
 pub mod mask_config;
 pub mod outcome;
 pub mod segments;
+pub mod shipped;
 mod vocab;
 
 pub use mask::{ChatMarkers, MaskError};

@@ -9,6 +9,7 @@ pub mod derived;
 mod direct;
 pub mod identity;
 pub mod manifest;
+pub mod read_back;
 mod shard;
 mod shards;
 mod spill;

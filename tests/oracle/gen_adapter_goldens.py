@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Render the hand-written expected adapter outputs with transformers, as goldens for tests/adapters.rs.
+"""Render the hand-written expected adapter outputs with transformers, as goldens for tests/it/adapters.rs.
 
 For every ``tests/fixtures/<source>/expected.jsonl``, each ``{"row", "conversation"}`` line (the normalized
 conversation written by hand, never by chatshards) is converted to OpenAI chat form exactly as chatshards hands a

@@ -9,7 +9,7 @@ token_freq.pt), builds the mapping with its `build_vocab_mappings_from_distribut
 draft sizes (one below and one above the number of distinct supervised ids, so the top-up path
 runs), saves d2t/t2d with `np.save` as its scripts/build_vocab_mapping.py does, and writes
 `demo.json`: per draft size, d2t, the ids t2d marks and the SHA-256 of both .npy files.
-`tests/report.rs` builds the demo, runs `chatshards vocab` and compares.
+`tests/it/report.rs` builds the demo, runs `chatshards vocab` and compares.
 Needs tests/oracle/requirements-speculators.txt.
 """
 import argparse

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # `make test-vllm`: regeneration against a real vLLM (CPU build from PyPI) serving a tiny
 # Qwen3-architecture model with dummy weights and the Qwen3.6 tokenizer and chat template on
-# 127.0.0.1. The checks are the ignored test `a_real_vllm_server` of tests/regenerate.rs: about 50
+# 127.0.0.1. The checks are the ignored test `a_real_vllm_server` of tests/it/regenerate.rs: about 50
 # demo conversations regenerated with a small max_tokens; every prompt equal to chatshards'
 # render; rows = prompt + completion ids with the mask; a build SIGKILLed half-way and rerun
 # sends only the unfinished requests (counted at the server, /metrics) and ends byte-identical
@@ -57,5 +57,5 @@ for _ in $(seq 1 600); do
 done
 curl -sf "http://127.0.0.1:$PORT/health" > /dev/null || { echo "vLLM not ready after 600 s"; tail -n 40 "$LOG"; exit 1; }
 curl -s "http://127.0.0.1:$PORT/version"; echo
-CHATSHARDS_VLLM_URL="http://127.0.0.1:$PORT" ${CARGO:-cargo} test --test regenerate -- \
-  --ignored --exact a_real_vllm_server --nocapture
+CHATSHARDS_VLLM_URL="http://127.0.0.1:$PORT" ${CARGO:-cargo} test --test it -- \
+  --ignored --exact regenerate::a_real_vllm_server --nocapture

@@ -4,7 +4,7 @@
 //! engine the `tokenizers` crate splits with ([`SysRegex`], Oniguruma here), by running `\p{L}+`,
 //! `\p{M}+`, `\p{N}+` and `\s+` over a string holding every Unicode scalar value. The scanner and
 //! the `Split` pre-tokenizer therefore agree on every code point by construction, whatever
-//! Unicode version that engine ships; `tests/fast_encoder.rs` re-checks it code point by code
+//! Unicode version that engine ships; `tests/it/fast_encoder.rs` re-checks it code point by code
 //! point. Building the table takes about 0.2 s (release build), once per process.
 
 use std::sync::OnceLock;
