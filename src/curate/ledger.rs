@@ -16,6 +16,7 @@ use super::exact::{ExactIndex, Fingerprint};
 use super::near_dup::NearDupIndex;
 use super::select::{self, AllocError, Allocation, MixConfig, Sample, Supply};
 use crate::model::stats::SourceStats;
+use crate::model::SampleId;
 use crate::reject::{Reject, RejectReason, Repair};
 use std::collections::BTreeMap;
 
@@ -358,7 +359,12 @@ impl Ledger {
                 let (reason, extra) = match dropped {
                     Dropped::Duplicate(of) | Dropped::NearDuplicate(of) => {
                         let (os, of_file, of_row) = self.position_of(*of);
-                        let id = format!("{}:{of_file}:{of_row}", self.selection[os].name);
+                        let id = SampleId::conversation_of_row(
+                            &self.selection[os].name,
+                            of_file,
+                            of_row,
+                        )
+                        .to_string();
                         let reason = match dropped {
                             Dropped::Duplicate(_) => "deduplicated",
                             _ => "near_duplicate",
@@ -511,7 +517,12 @@ impl Ledger {
                     match s.work.get(&l) {
                         Some(Work::Kept(k)) => {
                             let c = s.candidates[l as usize];
-                            let id = format!("{}:{}:{}", self.selection[i].name, c.file, c.row);
+                            let id = SampleId::conversation_of_row(
+                                &self.selection[i].name,
+                                c.file,
+                                c.row,
+                            )
+                            .to_string();
                             known.push((amount_of(unit, k), id));
                         }
                         Some(_) => {}
@@ -652,9 +663,10 @@ impl Ledger {
                 stats.sampled_out += 1;
                 if let Some(Work::Kept(k)) = s.work.get(l) {
                     let c = s.candidates[*l as usize];
-                    settled
-                        .excluded
-                        .insert(format!("{}:{}:{}", self.selection[i].name, c.file, c.row));
+                    settled.excluded.insert(
+                        SampleId::conversation_of_row(&self.selection[i].name, c.file, c.row)
+                            .to_string(),
+                    );
                     settled.excluded_rows += u64::from(k.rows);
                     settled.excluded_lines.push(k.line);
                 }

@@ -20,6 +20,7 @@ use crate::engine::curator::Curator;
 use crate::engine::journal::{Journal, JournalError, PassKind, Positions, Recorder, RowEvent};
 use crate::engine::partition::{PartError, PartWriter, Parts};
 use crate::engine::row_path::{Outcome, RowProcessor, SpotChecks, Tokenized};
+use crate::model::SampleId;
 use crate::plan::Plan;
 use crate::read::chunks::Chunk;
 use crate::read::{read_files_with, FileSample, RawRow, ReadError, Record};
@@ -633,7 +634,7 @@ impl Context<'_> {
                 match self.apply_scan(index, ledger, event)? {
                     ScanOutcome::Candidate(Some(of)) => {
                         let (os, of_file, of_row) = ledger.position_of(of);
-                        let id = format!("{}:{of_file}:{of_row}", self.plan.sources[os].name);
+                        let id = self.sample_id(os, of_file, of_row).to_string();
                         let extra = vec![("duplicate_of", id)];
                         let n = note("deduplicated".to_owned(), String::new(), extra);
                         write_note(sinks.filtered, self.plan, &n, "filtered.jsonl")?;
@@ -876,7 +877,7 @@ impl Context<'_> {
             match prepared {
                 Ok((conversation, repairs, tokens)) => {
                     let id = self.sample_id(index, file, row);
-                    let checks = self.processor.spot_checks(&id);
+                    let checks = self.processor.spot_checks(&id.to_string());
                     conversations.push((conversation, repairs, checks, tokens));
                     rows.push((file, row, Ok(conversations.len() - 1)));
                 }
@@ -1040,23 +1041,22 @@ impl Context<'_> {
         copies
             .iter()
             .map(|&copy| {
-                let suffix = match copy {
-                    0 => String::new(),
-                    j => format!("#{j}"),
-                };
                 self.timings.time(PoolStage::Serialize, || {
                     // A pre-tokenized row has no conversation to write.
                     let line = match source.adapter {
                         Adapter::Speculator(_) => String::new(),
                         _ => {
-                            to_sharegpt_record(conversation, &format!("{id}{suffix}"), &source.name)
-                                .json_line()
+                            let id = id.with_copy(copy).to_string();
+                            to_sharegpt_record(conversation, &id, &source.name).json_line()
                         }
                     };
                     let rows = rows
                         .iter()
                         .map(|r| {
-                            let sample_id = format!("{id}:{}{suffix}", r.segment);
+                            let sample_id = id
+                                .with_segment(r.segment as u64)
+                                .with_copy(copy)
+                                .to_string();
                             // Not shuffling: the key is the arrival sequence, set at the commit.
                             let key = if self.plan.shuffle {
                                 shuffle_key(self.plan.seed, &sample_id)
@@ -1103,9 +1103,9 @@ impl Context<'_> {
         Ok(kept)
     }
 
-    fn sample_id(&self, index: usize, file: u32, row: u64) -> String {
+    fn sample_id(&self, index: usize, file: u32, row: u64) -> SampleId<'_> {
         // Stable across runs: source name, file index and record index within the file.
-        format!("{}:{file}:{row}", self.plan.sources[index].name)
+        SampleId::conversation_of_row(&self.plan.sources[index].name, file, row)
     }
 
     /// One pass over a source's files: batches of the wanted rows (all when `wanted` is
@@ -1470,7 +1470,7 @@ fn write_note(w: &mut dyn Write, plan: &Plan, note: &RowNote, name: &str) -> Res
     record.insert("row".into(), Value::from(note.shown));
     record.insert(
         "sample_id".into(),
-        Value::from(format!("{}:{}:{}", source.name, note.file, note.row)),
+        Value::from(SampleId::conversation_of_row(&source.name, note.file, note.row).to_string()),
     );
     record.insert("reason".into(), Value::from(note.reason.as_str()));
     if !note.message.is_empty() {

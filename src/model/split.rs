@@ -49,7 +49,7 @@ impl ValidationConfig {
 
 /// The conversation id of a row's `sample_id` (`source:file:row:segment[#copy]`).
 pub fn conversation_of(sample_id: &str) -> &str {
-    sample_id.rsplit_once(':').map_or(sample_id, |(c, _)| c)
+    super::SampleId::conversation_text(sample_id)
 }
 
 /// The split key of a conversation: xxh3-64 with `seed` over the length-prefixed tag
