@@ -383,7 +383,7 @@ pub fn compile(path: &Path, access: HubAccess) -> Result<Plan, PlanError> {
         .mask
         .resolve(config.render.policy)
         .unwrap_or_else(|e| {
-            errors.push(e);
+            errors.push(e.to_string());
             Default::default()
         });
     match (template, errors.is_empty()) {
