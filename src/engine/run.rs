@@ -128,6 +128,8 @@ pub enum RunError {
     NoConvergence(String),
     #[error("{0}")]
     Curate(String),
+    #[error("{0}")]
+    Benchmark(crate::curate::decontaminate::BenchmarkError),
     #[error(transparent)]
     Journal(#[from] JournalError),
     #[error(transparent)]
@@ -177,7 +179,7 @@ pub fn scan_part(
     timings: &Timings,
     writer: &mut PartWriter,
 ) -> Result<(), RunError> {
-    let curator = Curator::new(plan).map_err(RunError::Curate)?;
+    let curator = Curator::new(plan).map_err(RunError::Benchmark)?;
     let chunks: Vec<std::sync::OnceLock<Option<Vec<Chunk>>>> =
         plan.sources.iter().map(|_| Default::default()).collect();
     let ctx = Context {
@@ -260,7 +262,7 @@ pub fn run_journaled(
     journal: &mut Journal,
     parts: Option<Parts>,
 ) -> Result<RunOutput, RunError> {
-    let curator = Curator::new(plan).map_err(RunError::Curate)?;
+    let curator = Curator::new(plan).map_err(RunError::Benchmark)?;
     let selection = plan
         .sources
         .iter()
