@@ -14,7 +14,7 @@ use anyhow::{bail, Context, Result};
 use chatshards::report::timings::process_cpu;
 use chatshards::tokenize::fast::FastEncoder;
 use chatshards::tokenize::segments::{splitter, SegmentCache};
-use chatshards::tokenize::{Backend, Encoder, Tokenizer};
+use chatshards::tokenize::{Backend, EncodeError, Encoder, Tokenizer};
 use rayon::prelude::*;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -28,11 +28,11 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 struct Hf(std::sync::Arc<tokenizers::Tokenizer>);
 
 impl Encoder for Hf {
-    fn encode(&self, text: &str) -> Result<Vec<u32>, String> {
+    fn encode(&self, text: &str) -> Result<Vec<u32>, EncodeError> {
         self.0
             .encode_fast(text, false)
             .map(|e| e.get_ids().to_vec())
-            .map_err(|e| e.to_string())
+            .map_err(|e| EncodeError::Tokenizers(e.to_string()))
     }
 }
 
@@ -127,11 +127,11 @@ fn measure(
     let mut ids = Vec::new();
     for _ in 0..repeat {
         let (start, cpu_start) = (Instant::now(), cpu());
-        let run: Result<Vec<Vec<u32>>, String> =
+        let run: Result<Vec<Vec<u32>>, EncodeError> =
             pool.install(|| texts.par_iter().map(|t| encoder.encode(t)).collect());
         best.secs = best.secs.min(start.elapsed().as_secs_f64());
         best.cpu = best.cpu.min(cpu() - cpu_start);
-        ids = run.map_err(anyhow::Error::msg)?;
+        ids = run?;
     }
     Ok((ids, best))
 }

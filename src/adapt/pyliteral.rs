@@ -11,8 +11,31 @@ use serde_json::{Map, Number, Value};
 /// Deepest nesting accepted (serde_json's default recursion limit).
 const MAX_DEPTH: usize = 128;
 
+/// Why a text is not a Python literal; `at` is a byte offset in the text.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum PyLiteralError {
+    #[error("{what} at byte {at}")]
+    Syntax { what: &'static str, at: usize },
+    #[error("unexpected text after the literal at byte {at}")]
+    TrailingText { at: usize },
+    #[error("unknown name `{name}` at byte {at}")]
+    UnknownName { name: String, at: usize },
+    #[error("integer `{raw}` is outside the 64-bit range")]
+    IntegerOutOfRange { raw: String },
+    #[error("number `{raw}` is not finite")]
+    NotFinite { raw: String },
+    #[error("invalid number `{raw}` at byte {at}")]
+    InvalidNumber { raw: String, at: usize },
+    #[error("unterminated string starting at byte {at}")]
+    UnterminatedString { at: usize },
+    #[error("escape \\u{code:x} is not a character at byte {at}")]
+    NotACharacter { code: u32, at: usize },
+    #[error(transparent)]
+    Escape(#[from] std::num::ParseIntError),
+}
+
 /// Parses `text` as exactly one Python literal (surrounding whitespace allowed).
-pub fn parse(text: &str) -> Result<Value, String> {
+pub fn parse(text: &str) -> Result<Value, PyLiteralError> {
     let mut p = Parser {
         s: text.as_bytes(),
         text,
@@ -21,10 +44,7 @@ pub fn parse(text: &str) -> Result<Value, String> {
     let value = p.value(0)?;
     p.skip_ws();
     if p.pos != p.s.len() {
-        return Err(format!(
-            "unexpected text after the literal at byte {}",
-            p.pos
-        ));
+        return Err(PyLiteralError::TrailingText { at: p.pos });
     }
     Ok(value)
 }
@@ -50,11 +70,11 @@ impl Parser<'_> {
         self.s.get(self.pos).copied()
     }
 
-    fn error<T>(&self, what: &str) -> Result<T, String> {
-        Err(format!("{what} at byte {}", self.pos))
+    fn error<T>(&self, what: &'static str) -> Result<T, PyLiteralError> {
+        Err(PyLiteralError::Syntax { what, at: self.pos })
     }
 
-    fn value(&mut self, depth: usize) -> Result<Value, String> {
+    fn value(&mut self, depth: usize) -> Result<Value, PyLiteralError> {
         if depth > MAX_DEPTH {
             return self.error("nesting too deep");
         }
@@ -71,7 +91,7 @@ impl Parser<'_> {
         }
     }
 
-    fn dict(&mut self, depth: usize) -> Result<Value, String> {
+    fn dict(&mut self, depth: usize) -> Result<Value, PyLiteralError> {
         self.pos += 1; // `{`
         let mut map = Map::new();
         loop {
@@ -103,7 +123,7 @@ impl Parser<'_> {
         }
     }
 
-    fn sequence(&mut self, close: u8, depth: usize) -> Result<Value, String> {
+    fn sequence(&mut self, close: u8, depth: usize) -> Result<Value, PyLiteralError> {
         self.pos += 1; // `[` or `(`
         let mut items = Vec::new();
         loop {
@@ -122,7 +142,7 @@ impl Parser<'_> {
         }
     }
 
-    fn word(&mut self) -> Result<Value, String> {
+    fn word(&mut self) -> Result<Value, PyLiteralError> {
         let start = self.pos;
         while self
             .peek()
@@ -134,11 +154,14 @@ impl Parser<'_> {
             "True" | "true" => Ok(Value::Bool(true)),
             "False" | "false" => Ok(Value::Bool(false)),
             "None" | "null" => Ok(Value::Null),
-            other => Err(format!("unknown name `{other}` at byte {start}")),
+            other => Err(PyLiteralError::UnknownName {
+                name: other.to_owned(),
+                at: start,
+            }),
         }
     }
 
-    fn number(&mut self) -> Result<Value, String> {
+    fn number(&mut self) -> Result<Value, PyLiteralError> {
         let start = self.pos;
         while self
             .peek()
@@ -163,17 +186,26 @@ impl Parser<'_> {
         let digits = raw.strip_prefix('-').unwrap_or(raw);
         if !digits.is_empty() && digits.bytes().all(|c| c.is_ascii_digit()) {
             // Python keeps it exact; as a float it would render differently.
-            return Err(format!("integer `{raw}` is outside the 64-bit range"));
+            return Err(PyLiteralError::IntegerOutOfRange {
+                raw: raw.to_owned(),
+            });
         }
         match raw.parse::<f64>() {
-            Ok(f) if is_float_syntax => Number::from_f64(f)
-                .map(Value::Number)
-                .ok_or_else(|| format!("number `{raw}` is not finite")),
-            _ => Err(format!("invalid number `{raw}` at byte {start}")),
+            Ok(f) if is_float_syntax => {
+                Number::from_f64(f)
+                    .map(Value::Number)
+                    .ok_or_else(|| PyLiteralError::NotFinite {
+                        raw: raw.to_owned(),
+                    })
+            }
+            _ => Err(PyLiteralError::InvalidNumber {
+                raw: raw.to_owned(),
+                at: start,
+            }),
         }
     }
 
-    fn string(&mut self, quote: u8) -> Result<String, String> {
+    fn string(&mut self, quote: u8) -> Result<String, PyLiteralError> {
         let start = self.pos;
         self.pos += 1;
         let mut out = String::new();
@@ -185,7 +217,7 @@ impl Parser<'_> {
                 .position(|&c| c == quote || c == b'\\')
                 .map(|i| self.pos + i);
             let Some(end) = run_end else {
-                return Err(format!("unterminated string starting at byte {start}"));
+                return Err(PyLiteralError::UnterminatedString { at: start });
             };
             out.push_str(&self.text[self.pos..end]);
             self.pos = end;
@@ -198,7 +230,7 @@ impl Parser<'_> {
     }
 
     /// One backslash escape (the backslash is at `self.pos`).
-    fn escape(&mut self, out: &mut String) -> Result<(), String> {
+    fn escape(&mut self, out: &mut String) -> Result<(), PyLiteralError> {
         self.pos += 1;
         let Some(c) = self.peek() else {
             return self.error("unterminated escape");
@@ -232,8 +264,7 @@ impl Parser<'_> {
                 while self.pos < start + 3 && matches!(self.peek(), Some(b'0'..=b'7')) {
                     self.pos += 1;
                 }
-                let code = u32::from_str_radix(&self.text[start..self.pos], 8)
-                    .map_err(|e| e.to_string())?;
+                let code = u32::from_str_radix(&self.text[start..self.pos], 8)?;
                 return self.push_code(out, code);
             }
             _ => {
@@ -251,7 +282,7 @@ impl Parser<'_> {
         let Some(digits) = digits else {
             return self.error("truncated hex escape");
         };
-        let code = u32::from_str_radix(digits, 16).map_err(|e| e.to_string())?;
+        let code = u32::from_str_radix(digits, 16)?;
         self.pos += hex_len;
         if c == b'u' && (0xD800..0xDC00).contains(&code) {
             // A surrogate pair written as two `\u` escapes.
@@ -269,13 +300,13 @@ impl Parser<'_> {
         self.push_code(out, code)
     }
 
-    fn push_code(&self, out: &mut String, code: u32) -> Result<(), String> {
+    fn push_code(&self, out: &mut String, code: u32) -> Result<(), PyLiteralError> {
         match char::from_u32(code) {
             Some(ch) => {
                 out.push(ch);
                 Ok(())
             }
-            None => self.error(&format!("escape \\u{code:x} is not a character")),
+            None => Err(PyLiteralError::NotACharacter { code, at: self.pos }),
         }
     }
 }

@@ -12,6 +12,7 @@
 //! [`RowKey`] (32 bytes) per row of each dataset, so two 913,786-row datasets take about 58 MB;
 //! a second pass over the shards names the examples.
 
+use crate::model::SampleId;
 use crate::write::read_back::{read_shard, OutputDir, RowColumns};
 use anyhow::{bail, Result};
 use serde::Serialize;
@@ -39,16 +40,20 @@ struct RowKey {
 /// `sample_id` = `source:file:row:segment[#copy]` as (lane, row); an id of another shape is a
 /// lane of its own.
 fn lane_and_row(sample_id: &str) -> (u64, u64) {
-    let (id, copy) = sample_id.split_once('#').unwrap_or((sample_id, ""));
-    let parts: Vec<&str> = id.rsplitn(3, ':').collect();
-    match parts.as_slice() {
-        [segment, row, source_file] => match row.parse::<u64>() {
-            Ok(row) => {
-                let lane = format!("{source_file}:*:{segment}#{copy}");
-                (xxh3_64_with_seed(lane.as_bytes(), ID_SEED), row)
-            }
-            Err(_) => (xxh3_64_with_seed(sample_id.as_bytes(), ID_SEED), 0),
-        },
+    match SampleId::parse(sample_id) {
+        Some(
+            id @ SampleId {
+                segment: Some(segment),
+                ..
+            },
+        ) => {
+            let copy = match id.copy {
+                0 => String::new(),
+                j => j.to_string(),
+            };
+            let lane = format!("{}:{}:*:{segment}#{copy}", id.source, id.file);
+            (xxh3_64_with_seed(lane.as_bytes(), ID_SEED), id.row)
+        }
         _ => (xxh3_64_with_seed(sample_id.as_bytes(), ID_SEED), 0),
     }
 }

@@ -231,7 +231,7 @@ impl Service {
             .tokenizer
             .encoder
             .encode(&text)
-            .map_err(|e| (StatusCode::INTERNAL_SERVER_ERROR, e))?;
+            .map_err(|e| (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
         // vLLM: keep the first (right side) or last (left side, its default) k tokens;
         // -1 means the model's length, which a render-only server does not bound.
         match req.truncate_prompt_tokens {

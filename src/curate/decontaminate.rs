@@ -75,41 +75,91 @@ pub struct BenchmarkColumns {
     pub text: Vec<String>,
 }
 
+/// Why a `decontaminate:` section is invalid (a plan error); the message names the field.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DecontamConfigError {
+    #[error("decontaminate: `ngram` must be at least 1")]
+    NoNgram,
+    #[error("decontaminate: `window` must be at least 1")]
+    NoWindow,
+    #[error("decontaminate: `benchmarks` lists none")]
+    NoBenchmark,
+    #[error("decontaminate: two benchmarks are named `{0}`")]
+    Twice(String),
+    #[error("decontaminate: benchmark `{0}`: give either `files` or `hub`")]
+    FilesOrHub(String),
+    #[error("decontaminate: benchmark `{0}`: `columns.text` lists no column")]
+    NoTextColumn(String),
+}
+
 impl DecontamConfig {
     /// Checks the numbers and names; the message names the field.
-    pub fn check(&self) -> Result<(), String> {
+    pub fn check(&self) -> Result<(), DecontamConfigError> {
         if self.ngram == 0 {
-            return Err("decontaminate: `ngram` must be at least 1".into());
+            return Err(DecontamConfigError::NoNgram);
         }
         if self.window == 0 {
-            return Err("decontaminate: `window` must be at least 1".into());
+            return Err(DecontamConfigError::NoWindow);
         }
         if self.benchmarks.is_empty() {
-            return Err("decontaminate: `benchmarks` lists none".into());
+            return Err(DecontamConfigError::NoBenchmark);
         }
         let mut names = BTreeSet::new();
         for b in &self.benchmarks {
             if !names.insert(b.name.as_str()) {
-                return Err(format!(
-                    "decontaminate: two benchmarks are named `{}`",
-                    b.name
-                ));
+                return Err(DecontamConfigError::Twice(b.name.clone()));
             }
             if b.files.is_empty() == b.hub.is_none() {
-                return Err(format!(
-                    "decontaminate: benchmark `{}`: give either `files` or `hub`",
-                    b.name
-                ));
+                return Err(DecontamConfigError::FilesOrHub(b.name.clone()));
             }
             if b.columns.text.is_empty() {
-                return Err(format!(
-                    "decontaminate: benchmark `{}`: `columns.text` lists no column",
-                    b.name
-                ));
+                return Err(DecontamConfigError::NoTextColumn(b.name.clone()));
             }
         }
         Ok(())
     }
+}
+
+/// Why a benchmark's items could not be loaded.
+#[derive(Debug, thiserror::Error)]
+#[error("benchmark `{name}`: {problem}")]
+pub struct BenchmarkError {
+    pub name: String,
+    pub problem: BenchmarkProblem,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum BenchmarkProblem {
+    #[error("{0:#}")]
+    Read(crate::read::ReadError),
+    /// `message`: the reject line of the record.
+    #[error("`{path}` record {row}: not valid JSON: {message}")]
+    Json {
+        path: String,
+        row: u64,
+        message: String,
+    },
+    #[error("`{path}` record {row}: {problem}")]
+    Item {
+        path: String,
+        row: u64,
+        problem: ItemError,
+    },
+    #[error("its files hold no item")]
+    Empty,
+}
+
+/// Why a benchmark record is not an item.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ItemError {
+    #[error("not a JSON object")]
+    NotAnObject,
+    #[error("column `{column}` is {kind}, not a string or number")]
+    Id { column: String, kind: &'static str },
+    #[error("column `{column}` is {kind}, not a string")]
+    Text { column: String, kind: &'static str },
+    #[error("no column `{0}`")]
+    Missing(String),
 }
 
 /// The items of one benchmark, as loaded.
@@ -131,11 +181,11 @@ pub fn load_items(
     name: &str,
     paths: &[PathBuf],
     columns: &BenchmarkColumns,
-) -> Result<BenchmarkItems, String> {
+) -> Result<BenchmarkItems, BenchmarkError> {
     let mut items = Vec::new();
     let mut failure = None;
-    read_files(paths, &mut |raw| {
-        let path = paths[raw.file].display();
+    let read = read_files(paths, &mut |raw| {
+        let path = paths[raw.file].display().to_string();
         let row = raw.row;
         let record = match raw.record {
             // Only the text of a benchmark is matched: its lines are read as serde_json reads
@@ -150,7 +200,11 @@ pub fn load_items(
         let record = match record {
             Ok(v) => v,
             Err(e) => {
-                failure = Some(format!("`{path}` record {row}: not valid JSON: {e}"));
+                failure = Some(BenchmarkProblem::Json {
+                    path,
+                    row,
+                    message: e,
+                });
                 return false;
             }
         };
@@ -160,17 +214,26 @@ pub fn load_items(
                 true
             }
             Err(e) => {
-                failure = Some(format!("`{path}` record {row}: {e}"));
+                failure = Some(BenchmarkProblem::Item {
+                    path,
+                    row,
+                    problem: e,
+                });
                 false
             }
         }
     })
-    .map_err(|e| format!("benchmark `{name}`: {e:#}"))?;
-    if let Some(e) = failure {
-        return Err(format!("benchmark `{name}`: {e}"));
+    .map_err(BenchmarkProblem::Read);
+    let failed = |problem| BenchmarkError {
+        name: name.to_owned(),
+        problem,
+    };
+    read.map_err(failed)?;
+    if let Some(problem) = failure {
+        return Err(failed(problem));
     }
     if items.is_empty() {
-        return Err(format!("benchmark `{name}`: its files hold no item"));
+        return Err(failed(BenchmarkProblem::Empty));
     }
     Ok(BenchmarkItems {
         name: name.to_string(),
@@ -178,21 +241,20 @@ pub fn load_items(
     })
 }
 
-fn item(record: &Value, columns: &BenchmarkColumns) -> Result<BenchmarkItem, String> {
+fn item(record: &Value, columns: &BenchmarkColumns) -> Result<BenchmarkItem, ItemError> {
     let Value::Object(fields) = record else {
-        return Err("not a JSON object".into());
+        return Err(ItemError::NotAnObject);
     };
     let id = match fields.get(&columns.id) {
         Some(Value::String(s)) => s.clone(),
         Some(Value::Number(n)) => n.to_string(),
         Some(other) => {
-            return Err(format!(
-                "column `{}` is {}, not a string or number",
-                columns.id,
-                kind(other)
-            ))
+            return Err(ItemError::Id {
+                column: columns.id.clone(),
+                kind: kind(other),
+            })
         }
-        None => return Err(format!("no column `{}`", columns.id)),
+        None => return Err(ItemError::Missing(columns.id.clone())),
     };
     let mut text = String::new();
     for column in &columns.text {
@@ -204,12 +266,12 @@ fn item(record: &Value, columns: &BenchmarkColumns) -> Result<BenchmarkItem, Str
                 text.push_str(s);
             }
             Some(other) => {
-                return Err(format!(
-                    "column `{column}` is {}, not a string",
-                    kind(other)
-                ))
+                return Err(ItemError::Text {
+                    column: column.clone(),
+                    kind: kind(other),
+                })
             }
-            None => return Err(format!("no column `{column}`")),
+            None => return Err(ItemError::Missing(column.clone())),
         }
     }
     Ok(BenchmarkItem { id, text })

@@ -258,6 +258,59 @@ enum TokenCheck {
     Supervised(Bounds),
 }
 
+/// Why a `filters:` list does not compile (a plan error).
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum FilterError {
+    #[error("filter name `{0}`: use letters, digits, `_` and `-`")]
+    Name(String),
+    #[error("two {list} filters are named `{name}`: give each a distinct `name:`")]
+    Twice { list: &'static str, name: String },
+    #[error("filter `{name}` ({kind}): {problem}")]
+    Invalid {
+        name: String,
+        kind: &'static str,
+        problem: FilterProblem,
+    },
+}
+
+/// What is wrong with one filter's settings.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum FilterProblem {
+    #[error("give `min`, `max` or both")]
+    NoBound,
+    #[error("min {min} > max {max}")]
+    MinAboveMax { min: u64, max: u64 },
+    #[error("`keep` lists no language")]
+    NoLanguage,
+    #[error("min_confidence {0} is not between 0 and 1")]
+    Confidence(f64),
+    #[error(
+        "unknown language code `{code}` (ISO 639-1 such as `en`, or 639-3 such as `eng`; \
+         supported: {})",
+        LANGS.iter().map(|(c, _)| *c).collect::<Vec<_>>().join(", ")
+    )]
+    UnknownLanguage { code: String },
+    #[error("give `include`, `exclude` or both")]
+    NoPattern,
+    #[error("pattern `{pattern}`: {error}")]
+    Pattern {
+        pattern: String,
+        error: regex::Error,
+    },
+    #[error("{0}")]
+    PatternSet(regex::Error),
+    #[error("{field} {value} is not between 0 and 1")]
+    Fraction { field: &'static str, value: f64 },
+    #[error("{field}: n = {n} is not between 1 and 64")]
+    NgramSize { field: &'static str, n: usize },
+    #[error("{field}: {n}: {value} is not between 0 and 1")]
+    NgramFraction {
+        field: &'static str,
+        n: usize,
+        value: f64,
+    },
+}
+
 #[derive(Debug, Clone, Copy)]
 struct Bounds {
     min: Option<u64>,
@@ -265,10 +318,10 @@ struct Bounds {
 }
 
 impl Bounds {
-    fn new(r: &RangeFilter) -> Result<Self, String> {
+    fn new(r: &RangeFilter) -> Result<Self, FilterProblem> {
         match (r.min, r.max) {
-            (None, None) => Err("give `min`, `max` or both".into()),
-            (Some(min), Some(max)) if min > max => Err(format!("min {min} > max {max}")),
+            (None, None) => Err(FilterProblem::NoBound),
+            (Some(min), Some(max)) if min > max => Err(FilterProblem::MinAboveMax { min, max }),
             (min, max) => Ok(Bounds { min, max }),
         }
     }
@@ -318,25 +371,31 @@ impl Filters {
     /// Checks and compiles `global` then `source`. Errors name the filter: a bad pattern, an
     /// unknown language code, min > max, a threshold out of range, or two filters of one list
     /// with the same name.
-    pub fn compile(global: &[FilterConfig], source: &[FilterConfig]) -> Result<Filters, String> {
+    pub fn compile(
+        global: &[FilterConfig],
+        source: &[FilterConfig],
+    ) -> Result<Filters, FilterError> {
         let mut filters = Filters::default();
         for (list, configs) in [("global", global), ("source", source)] {
             let mut seen = HashSet::new();
             for config in configs {
                 let name = config.name();
                 if !valid_name(name) {
-                    return Err(format!(
-                        "filter name `{name}`: use letters, digits, `_` and `-`"
-                    ));
+                    return Err(FilterError::Name(name.to_owned()));
                 }
                 if !seen.insert(name) {
-                    return Err(format!(
-                        "two {list} filters are named `{name}`: give each a distinct `name:`"
-                    ));
+                    return Err(FilterError::Twice {
+                        list,
+                        name: name.to_owned(),
+                    });
                 }
                 filters
                     .add(config)
-                    .map_err(|e| format!("filter `{name}` ({}): {e}", config.kind()))?;
+                    .map_err(|problem| FilterError::Invalid {
+                        name: name.to_owned(),
+                        kind: config.kind(),
+                        problem,
+                    })?;
                 if !filters.names.iter().any(|n| n == name) {
                     filters.names.push(name.to_string());
                 }
@@ -345,7 +404,7 @@ impl Filters {
         Ok(filters)
     }
 
-    fn add(&mut self, config: &FilterConfig) -> Result<(), String> {
+    fn add(&mut self, config: &FilterConfig) -> Result<(), FilterProblem> {
         let name = config.name().to_string();
         let content = match config {
             FilterConfig::Tokens(r) => {
@@ -362,25 +421,17 @@ impl Filters {
             FilterConfig::AssistantChars(r) => ContentCheck::AssistantChars(Bounds::new(r)?),
             FilterConfig::Language(l) => {
                 if l.keep.is_empty() {
-                    return Err("`keep` lists no language".into());
+                    return Err(FilterProblem::NoLanguage);
                 }
                 if !(0.0..=1.0).contains(&l.min_confidence) {
-                    return Err(format!(
-                        "min_confidence {} is not between 0 and 1",
-                        l.min_confidence
-                    ));
+                    return Err(FilterProblem::Confidence(l.min_confidence));
                 }
                 let keep = l
                     .keep
                     .iter()
                     .map(|code| {
-                        lang_from_code(code).ok_or_else(|| {
-                            format!(
-                                "unknown language code `{code}` (ISO 639-1 such as `en`, or \
-                                 639-3 such as `eng`; supported: {})",
-                                LANGS.iter().map(|(c, _)| *c).collect::<Vec<_>>().join(", ")
-                            )
-                        })
+                        lang_from_code(code)
+                            .ok_or_else(|| FilterProblem::UnknownLanguage { code: code.clone() })
                     })
                     .collect::<Result<Vec<_>, _>>()?;
                 ContentCheck::Language {
@@ -392,16 +443,19 @@ impl Filters {
             }
             FilterConfig::Regex(r) => {
                 if r.include.is_empty() && r.exclude.is_empty() {
-                    return Err("give `include`, `exclude` or both".into());
+                    return Err(FilterProblem::NoPattern);
                 }
-                let set = |patterns: &[String]| -> Result<_, String> {
+                let set = |patterns: &[String]| -> Result<_, FilterProblem> {
                     if patterns.is_empty() {
                         return Ok(None);
                     }
                     for p in patterns {
-                        regex::Regex::new(p).map_err(|e| format!("pattern `{p}`: {e}"))?;
+                        regex::Regex::new(p).map_err(|error| FilterProblem::Pattern {
+                            pattern: p.clone(),
+                            error,
+                        })?;
                     }
-                    let set = RegexSet::new(patterns).map_err(|e| e.to_string())?;
+                    let set = RegexSet::new(patterns).map_err(FilterProblem::PatternSet)?;
                     Ok(Some((set, patterns.to_vec())))
                 };
                 ContentCheck::Regex {
@@ -428,7 +482,7 @@ impl Filters {
                 ];
                 for (field, value) in all {
                     if let Some(v) = value.filter(|v| !(0.0..=1.0).contains(v)) {
-                        return Err(format!("{field} {v} is not between 0 and 1"));
+                        return Err(FilterProblem::Fraction { field, value: v });
                     }
                 }
                 for (field, map) in [
@@ -443,10 +497,10 @@ impl Filters {
                 ] {
                     for (&n, &v) in map {
                         if !(1..=64).contains(&n) {
-                            return Err(format!("{field}: n = {n} is not between 1 and 64"));
+                            return Err(FilterProblem::NgramSize { field, n });
                         }
                         if !(0.0..=1.0).contains(&v) {
-                            return Err(format!("{field}: {n}: {v} is not between 0 and 1"));
+                            return Err(FilterProblem::NgramFraction { field, n, value: v });
                         }
                     }
                 }
@@ -1039,7 +1093,9 @@ mod tests {
     }
 
     fn compile_err(yaml: &str) -> String {
-        Filters::compile(&parse(yaml), &[]).expect_err("compile fails")
+        Filters::compile(&parse(yaml), &[])
+            .expect_err("compile fails")
+            .to_string()
     }
 
     fn chat(turns: &[(&str, &str)]) -> Conversation {
@@ -1155,7 +1211,9 @@ mod tests {
         assert_eq!(both.names(), ["turns"]);
         let source_twice = parse("- turns: {max: 3}\n- turns: {max: 4}");
         assert_eq!(
-            Filters::compile(&global, &source_twice).expect_err("twice"),
+            Filters::compile(&global, &source_twice)
+                .expect_err("twice")
+                .to_string(),
             "two source filters are named `turns`: give each a distinct `name:`"
         );
     }

@@ -16,6 +16,7 @@ use super::exact::{ExactIndex, Fingerprint};
 use super::near_dup::NearDupIndex;
 use super::select::{self, AllocError, Allocation, MixConfig, Sample, Supply};
 use crate::model::stats::SourceStats;
+use crate::model::SampleId;
 use crate::reject::{Reject, RejectReason, Repair};
 use std::collections::BTreeMap;
 
@@ -415,7 +416,12 @@ impl Ledger {
                 let (reason, extra) = match dropped {
                     Dropped::Duplicate(of) | Dropped::NearDuplicate(of) => {
                         let (os, of_file, of_row) = self.position_of(*of);
-                        let id = format!("{}:{of_file}:{of_row}", self.selection[os].name);
+                        let id = SampleId::conversation_of_row(
+                            &self.selection[os].name,
+                            of_file,
+                            of_row,
+                        )
+                        .to_string();
                         let reason = match dropped {
                             Dropped::Duplicate(_) => "deduplicated",
                             _ => "near_duplicate",
@@ -572,7 +578,12 @@ impl Ledger {
                             let id = match self.mix {
                                 Some(_) => {
                                     let c = s.candidates[l as usize];
-                                    format!("{}:{}:{}", self.selection[i].name, c.file, c.row)
+                                    SampleId::conversation_of_row(
+                                        &self.selection[i].name,
+                                        c.file,
+                                        c.row,
+                                    )
+                                    .to_string()
                                 }
                                 None => String::new(),
                             };
@@ -732,9 +743,10 @@ impl Ledger {
                 stats.sampled_out += 1;
                 if let Some(Work::Kept(k)) = s.work.get(l) {
                     let c = s.candidates[*l as usize];
-                    settled
-                        .excluded
-                        .insert(format!("{}:{}:{}", self.selection[i].name, c.file, c.row));
+                    settled.excluded.insert(
+                        SampleId::conversation_of_row(&self.selection[i].name, c.file, c.row)
+                            .to_string(),
+                    );
                     settled.excluded_rows += u64::from(k.rows);
                     settled.excluded_lines.push(k.line);
                 }

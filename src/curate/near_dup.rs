@@ -115,22 +115,32 @@ impl Default for Shingle {
     }
 }
 
+/// Why a `near_dup:` section is invalid (a plan error); the message names the field.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NearDupConfigError {
+    #[error("near_dup: `shingle` length must be at least 1")]
+    NoShingle,
+    #[error("near_dup: `bands` and `rows` must be at least 1")]
+    NoBands,
+    #[error("near_dup: bands × rows = {0} is more than 4096 permutations")]
+    TooManyPermutations(usize),
+}
+
 impl NearDupConfig {
     /// Checks the numbers; the message names the field.
-    pub fn check(&self) -> Result<(), String> {
+    pub fn check(&self) -> Result<(), NearDupConfigError> {
         let n = match self.shingle {
             Shingle::Words(n) | Shingle::Chars(n) => n,
         };
         if n == 0 {
-            return Err("near_dup: `shingle` length must be at least 1".into());
+            return Err(NearDupConfigError::NoShingle);
         }
         if self.bands == 0 || self.rows == 0 {
-            return Err("near_dup: `bands` and `rows` must be at least 1".into());
+            return Err(NearDupConfigError::NoBands);
         }
         if self.bands * self.rows > 4096 {
-            return Err(format!(
-                "near_dup: bands × rows = {} is more than 4096 permutations",
-                self.bands * self.rows
+            return Err(NearDupConfigError::TooManyPermutations(
+                self.bands * self.rows,
             ));
         }
         Ok(())
@@ -602,7 +612,7 @@ mod tests {
             ..NearDupConfig::default()
         };
         assert_eq!(
-            zero.check(),
+            zero.check().map_err(|e| e.to_string()),
             Err("near_dup: `bands` and `rows` must be at least 1".into())
         );
         assert_eq!(NearDupConfig::default().check(), Ok(()));

@@ -64,26 +64,38 @@ pub struct MixConfig {
     pub max_repeats: Option<u32>,
 }
 
+/// Why a `mix:` section or a source's `weight` is invalid (a plan error).
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum MixConfigError {
+    #[error("mix: `total` must be at least 1")]
+    NoTotal,
+    #[error("mix: `max_repeats` must be at least 1 (leave it out for none)")]
+    NoRepeats,
+    #[error("source `{name}`: `weight` must be a positive number, not {weight}")]
+    Weight { name: String, weight: f64 },
+}
+
 impl MixConfig {
     /// Checks the numbers; the message names the field.
-    pub fn check(&self) -> Result<(), String> {
+    pub fn check(&self) -> Result<(), MixConfigError> {
         if self.total == 0 {
-            return Err("mix: `total` must be at least 1".into());
+            return Err(MixConfigError::NoTotal);
         }
         if self.max_repeats == Some(0) {
-            return Err("mix: `max_repeats` must be at least 1 (leave it out for none)".into());
+            return Err(MixConfigError::NoRepeats);
         }
         Ok(())
     }
 
     /// Checks a source's `weight`.
-    pub fn check_weight(source: &str, weight: f64) -> Result<(), String> {
+    pub fn check_weight(source: &str, weight: f64) -> Result<(), MixConfigError> {
         if weight.is_finite() && weight > 0.0 {
             Ok(())
         } else {
-            Err(format!(
-                "source `{source}`: `weight` must be a positive number, not {weight}"
-            ))
+            Err(MixConfigError::Weight {
+                name: source.to_owned(),
+                weight,
+            })
         }
     }
 }
@@ -714,12 +726,15 @@ mod tests {
         assert_eq!(m.check(), Ok(()));
         let m: MixConfig = serde_yaml_ng::from_str("{target: rows, total: 0}").expect("parses");
         assert_eq!(m.shortfall, Shortfall::Fail);
-        assert_eq!(m.check(), Err("mix: `total` must be at least 1".into()));
+        assert_eq!(
+            m.check().map_err(|e| e.to_string()),
+            Err("mix: `total` must be at least 1".into())
+        );
         assert!(serde_yaml_ng::from_str::<MixConfig>("{target: words, total: 3}").is_err());
         assert!(serde_yaml_ng::from_str::<MixConfig>("{target: rows, totl: 3}").is_err());
         assert_eq!(MixConfig::check_weight("a", 0.5), Ok(()));
         assert_eq!(
-            MixConfig::check_weight("a", 0.0),
+            MixConfig::check_weight("a", 0.0).map_err(|e| e.to_string()),
             Err("source `a`: `weight` must be a positive number, not 0".into())
         );
         assert!(MixConfig::check_weight("a", f64::NAN).is_err());

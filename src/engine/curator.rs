@@ -4,7 +4,7 @@
 
 use super::row_path::Tokenized;
 use crate::conversation::Conversation;
-use crate::curate::decontaminate::{load_items, DecontamIndex};
+use crate::curate::decontaminate::{load_items, BenchmarkError, DecontamIndex};
 use crate::curate::exact::{fingerprint, token_fingerprint, DedupKey};
 use crate::curate::filters::{Dropped, Filters};
 use crate::curate::ledger::Scanned;
@@ -25,7 +25,7 @@ pub struct Curator<'p> {
 
 impl<'p> Curator<'p> {
     /// Builds the per-row steps of a plan (loading the benchmark sets, if any).
-    pub fn new(plan: &'p Plan) -> Result<Self, String> {
+    pub fn new(plan: &'p Plan) -> Result<Self, BenchmarkError> {
         let decontam = match &plan.decontaminate {
             None => None,
             Some(d) => {

@@ -96,7 +96,7 @@ impl RowProcessor {
             match self.tokenizer.encoder.encode_traced(&row.text) {
                 Ok((ids, origin)) => rows.push((row, ids, origin)),
                 Err(e) => {
-                    let failure = Some(Reject::new(RejectReason::Tokenize, e));
+                    let failure = Some(Reject::new(RejectReason::Tokenize, e.to_string()));
                     return Encoded { rows, failure };
                 }
             }
@@ -356,7 +356,9 @@ impl RowProcessor {
                 self.tokenizer.encoder.encode_traced(&text)
             }) {
                 Ok(encoded) => encoded,
-                Err(e) => return Outcome::Rejected(Reject::new(RejectReason::Tokenize, e)),
+                Err(e) => {
+                    return Outcome::Rejected(Reject::new(RejectReason::Tokenize, e.to_string()))
+                }
             };
             let masked = timings.time(PoolStage::Mask, || self.mask_row(&text, &ids, &spec));
             let (mask, boundary_merged, shared_tokens) = match masked {
@@ -456,7 +458,7 @@ impl RowProcessor {
                         row.segment
                     )));
                 }
-                Err(e) => return Err(Outcome::EncoderMismatch(e)),
+                Err(e) => return Err(Outcome::EncoderMismatch(e.to_string())),
             }
         }
         Ok(checked)

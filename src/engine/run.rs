@@ -20,6 +20,7 @@ use crate::engine::curator::Curator;
 use crate::engine::journal::{Journal, JournalError, PassKind, Positions, Recorder, RowEvent};
 use crate::engine::partition::{PartError, PartWriter, Parts};
 use crate::engine::row_path::{Outcome, RowProcessor, SpotChecks, Tokenized};
+use crate::model::SampleId;
 use crate::plan::Plan;
 use crate::read::chunks::Chunk;
 use crate::read::{read_files_with, FileSample, RawRow, ReadError, Record};
@@ -140,6 +141,8 @@ pub enum RunError {
     NoConvergence(String),
     #[error("{0}")]
     Curate(String),
+    #[error("{0}")]
+    Benchmark(crate::curate::decontaminate::BenchmarkError),
     #[error(transparent)]
     Journal(#[from] JournalError),
     #[error(transparent)]
@@ -189,7 +192,7 @@ pub fn scan_part(
     timings: &Timings,
     writer: &mut PartWriter,
 ) -> Result<(), RunError> {
-    let curator = Curator::new(plan).map_err(RunError::Curate)?;
+    let curator = Curator::new(plan).map_err(RunError::Benchmark)?;
     let chunks: Vec<std::sync::OnceLock<Option<Vec<Chunk>>>> =
         plan.sources.iter().map(|_| Default::default()).collect();
     let ctx = Context {
@@ -272,7 +275,7 @@ pub fn run_journaled(
     journal: &mut Journal,
     parts: Option<Parts>,
 ) -> Result<RunOutput, RunError> {
-    let curator = Curator::new(plan).map_err(RunError::Curate)?;
+    let curator = Curator::new(plan).map_err(RunError::Benchmark)?;
     let selection = plan
         .sources
         .iter()
@@ -646,7 +649,7 @@ impl Context<'_> {
                 match self.apply_scan(index, ledger, event)? {
                     ScanOutcome::Candidate(Some(of)) => {
                         let (os, of_file, of_row) = ledger.position_of(of);
-                        let id = format!("{}:{of_file}:{of_row}", self.plan.sources[os].name);
+                        let id = self.sample_id(os, of_file, of_row).to_string();
                         let extra = vec![("duplicate_of", id)];
                         let n = note("deduplicated".to_owned(), String::new(), extra);
                         write_note(sinks.filtered, self.plan, &n, "filtered.jsonl")?;
@@ -891,7 +894,7 @@ impl Context<'_> {
             match prepared {
                 Ok((conversation, repairs, tokens, group)) => {
                     let id = self.sample_id(index, file, row);
-                    let checks = self.processor.spot_checks(&id);
+                    let checks = self.processor.spot_checks(&id.to_string());
                     groups.push(group);
                     conversations.push((conversation, repairs, checks, tokens));
                     rows.push((file, row, Ok(conversations.len() - 1)));
@@ -1061,23 +1064,22 @@ impl Context<'_> {
         copies
             .iter()
             .map(|&copy| {
-                let suffix = match copy {
-                    0 => String::new(),
-                    j => format!("#{j}"),
-                };
                 self.timings.time(PoolStage::Serialize, || {
                     // A pre-tokenized row has no conversation to write.
                     let line = match source.adapter {
                         Adapter::Speculator(_) => String::new(),
                         _ => {
-                            to_sharegpt_record(conversation, &format!("{id}{suffix}"), &source.name)
-                                .json_line()
+                            let id = id.with_copy(copy).to_string();
+                            to_sharegpt_record(conversation, &id, &source.name).json_line()
                         }
                     };
                     let rows = rows
                         .iter()
                         .map(|r| {
-                            let sample_id = format!("{id}:{}{suffix}", r.segment);
+                            let sample_id = id
+                                .with_segment(r.segment as u64)
+                                .with_copy(copy)
+                                .to_string();
                             // Not shuffling: the key is the arrival sequence, set at the commit.
                             let key = if self.plan.shuffle {
                                 shuffle_key(self.plan.seed, &sample_id)
@@ -1124,9 +1126,9 @@ impl Context<'_> {
         Ok(kept)
     }
 
-    fn sample_id(&self, index: usize, file: u32, row: u64) -> String {
+    fn sample_id(&self, index: usize, file: u32, row: u64) -> SampleId<'_> {
         // Stable across runs: source name, file index and record index within the file.
-        format!("{}:{file}:{row}", self.plan.sources[index].name)
+        SampleId::conversation_of_row(&self.plan.sources[index].name, file, row)
     }
 
     /// One pass over a source's files: batches of the wanted rows (all when `wanted` is
@@ -1530,7 +1532,7 @@ fn write_note(w: &mut dyn Write, plan: &Plan, note: &RowNote, name: &str) -> Res
     record.insert("row".into(), Value::from(note.shown));
     record.insert(
         "sample_id".into(),
-        Value::from(format!("{}:{}:{}", source.name, note.file, note.row)),
+        Value::from(SampleId::conversation_of_row(&source.name, note.file, note.row).to_string()),
     );
     record.insert("reason".into(), Value::from(note.reason.as_str()));
     if !note.message.is_empty() {

@@ -106,7 +106,7 @@ impl HubSpec {
     pub fn validate(&self) -> Result<(), HubError> {
         let invalid = |reason: String| Err(HubError::InvalidSpec { reason });
         if let Err(reason) = check_repo_id(&self.repo) {
-            return invalid(reason);
+            return invalid(reason.to_string());
         }
         if let Err(reason) = check_revision(&self.revision) {
             return invalid(format!("{} `{}`: {reason}", self.kind, self.repo));
@@ -180,8 +180,25 @@ pub(crate) fn compile_glob(pattern: &str) -> Result<globset::GlobMatcher, globse
         .map(|glob| glob.compile_matcher())
 }
 
+/// Why a repo id, revision or path of a Hub spec or lockfile is refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SpecError {
+    #[error("`{0}` is not a Hub repo id; expected `owner/name`, e.g. `Open-Orca/OpenOrca`")]
+    RepoId(String),
+    #[error("`{0}` is not a valid revision (a branch, tag or commit SHA)")]
+    Revision(String),
+    #[error("the path is empty")]
+    EmptyPath,
+    #[error("paths are relative to the repo root and use `/`")]
+    NotRelative,
+    #[error("paths may not contain empty, `.` or `..` segments")]
+    DotSegment,
+    #[error("paths may not contain control characters")]
+    ControlCharacter,
+}
+
 /// Hub ids are `owner/name` (or a bare legacy `name`) made of letters, digits, `-`, `_`, `.`.
-pub(crate) fn check_repo_id(repo: &str) -> Result<(), String> {
+pub(crate) fn check_repo_id(repo: &str) -> Result<(), SpecError> {
     let parts: Vec<&str> = repo.split('/').collect();
     let well_formed = (1..=2).contains(&parts.len())
         && parts.iter().all(|part| {
@@ -195,14 +212,12 @@ pub(crate) fn check_repo_id(repo: &str) -> Result<(), String> {
     if well_formed {
         Ok(())
     } else {
-        Err(format!(
-            "`{repo}` is not a Hub repo id; expected `owner/name`, e.g. `Open-Orca/OpenOrca`"
-        ))
+        Err(SpecError::RepoId(repo.to_owned()))
     }
 }
 
 /// Revisions become cache paths (`refs/<revision>`): no empty or `..` segments, no whitespace.
-pub(crate) fn check_revision(revision: &str) -> Result<(), String> {
+pub(crate) fn check_revision(revision: &str) -> Result<(), SpecError> {
     let bad_segment = revision
         .split('/')
         .any(|segment| segment.is_empty() || segment == "." || segment == "..");
@@ -212,30 +227,28 @@ pub(crate) fn check_revision(revision: &str) -> Result<(), String> {
             .chars()
             .any(|c| c.is_whitespace() || c.is_control() || c == '\\')
     {
-        Err(format!(
-            "`{revision}` is not a valid revision (a branch, tag or commit SHA)"
-        ))
+        Err(SpecError::Revision(revision.to_owned()))
     } else {
         Ok(())
     }
 }
 
 /// A path inside a repo, relative, `/`-separated, never leaving the snapshot directory.
-pub(crate) fn check_repo_path(path: &str) -> Result<(), String> {
+pub(crate) fn check_repo_path(path: &str) -> Result<(), SpecError> {
     if path.is_empty() {
-        return Err("the path is empty".to_owned());
+        return Err(SpecError::EmptyPath);
     }
     if path.starts_with('/') || path.contains('\\') {
-        return Err("paths are relative to the repo root and use `/`".to_owned());
+        return Err(SpecError::NotRelative);
     }
     if path
         .split('/')
         .any(|segment| segment.is_empty() || segment == "." || segment == "..")
     {
-        return Err("paths may not contain empty, `.` or `..` segments".to_owned());
+        return Err(SpecError::DotSegment);
     }
     if path.chars().any(char::is_control) {
-        return Err("paths may not contain control characters".to_owned());
+        return Err(SpecError::ControlCharacter);
     }
     Ok(())
 }

@@ -6,8 +6,10 @@ pub mod digest;
 pub mod embedded;
 pub mod json_exact;
 pub mod nofollow;
+pub mod sample_id;
 pub mod settings;
 pub mod split;
 pub mod stats;
 
+pub use sample_id::SampleId;
 pub use settings::LengthPolicy;

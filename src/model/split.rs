@@ -49,7 +49,7 @@ impl ValidationConfig {
 
 /// The conversation id of a row's `sample_id` (`source:file:row:segment[#copy]`).
 pub fn conversation_of(sample_id: &str) -> &str {
-    sample_id.rsplit_once(':').map_or(sample_id, |(c, _)| c)
+    super::SampleId::conversation_text(sample_id)
 }
 
 /// Conversation ids that belong to another's group (pre-tokenized rows sharing an id, see

@@ -368,17 +368,17 @@ pub fn compile(path: &Path, access: HubAccess) -> Result<Plan, PlanError> {
     }
     if let Some(n) = &config.near_dup {
         if let Err(e) = n.check() {
-            errors.push(e);
+            errors.push(e.to_string());
         }
     }
     if let Some(d) = &config.decontaminate {
         if let Err(e) = d.check() {
-            errors.push(e);
+            errors.push(e.to_string());
         }
     }
     if let Some(mix) = &config.mix {
         if let Err(e) = mix.check() {
-            errors.push(e);
+            errors.push(e.to_string());
         }
         errors.extend(takes_against_mix(mix, &config.sources));
     }
@@ -392,7 +392,7 @@ pub fn compile(path: &Path, access: HubAccess) -> Result<Plan, PlanError> {
         .mask
         .resolve(config.render.policy)
         .unwrap_or_else(|e| {
-            errors.push(e);
+            errors.push(e.to_string());
             Default::default()
         });
     match (template, errors.is_empty()) {

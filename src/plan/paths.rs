@@ -1,7 +1,7 @@
 //! Saying what a path is, for messages: "is a directory", "is a FIFO", "is a symlink loop"...
 //! rather than a bare "does not exist" when something else is there.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// What is at `path`, as a phrase: `a regular file`, `a directory`, `a FIFO (named pipe)`,
 /// `a symlink loop`, `a broken symlink (to `x`)`, `missing`, ...
@@ -57,13 +57,26 @@ fn io_phrase(e: &std::io::Error) -> String {
     }
 }
 
-/// `Ok` for a regular file (through symlinks), else a message saying what the path is
-/// instead, e.g. "`x.jsonl` is a directory, not a file".
-pub fn require_file(path: &Path) -> Result<(), String> {
-    match describe(path).as_str() {
-        "a regular file" => Ok(()),
-        "missing" => Err(format!("`{}` does not exist", path.display())),
-        what => Err(format!("`{}` is {what}, not a file", path.display())),
+/// A path that should name a regular file and does not.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NotAFile {
+    #[error("`{}` does not exist", .0.display())]
+    Missing(PathBuf),
+    /// `what` as [`describe`] says it, e.g. "a directory".
+    #[error("`{}` is {what}, not a file", path.display())]
+    Other { path: PathBuf, what: String },
+}
+
+/// `Ok` for a regular file (through symlinks), else what the path is instead, e.g.
+/// "`x.jsonl` is a directory, not a file".
+pub fn require_file(path: &Path) -> Result<(), NotAFile> {
+    match describe(path) {
+        what if what == "a regular file" => Ok(()),
+        what if what == "missing" => Err(NotAFile::Missing(path.to_owned())),
+        what => Err(NotAFile::Other {
+            path: path.to_owned(),
+            what,
+        }),
     }
 }
 
@@ -89,7 +102,7 @@ mod tests {
         );
         assert_eq!(describe(Path::new("/dev/null")), "a character device");
         assert_eq!(
-            require_file(p).unwrap_err(),
+            require_file(p).unwrap_err().to_string(),
             format!("`{}` is a directory, not a file", p.display())
         );
     }

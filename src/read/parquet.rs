@@ -103,7 +103,7 @@ pub fn read_rows(
             // A row group is in memory already: an oversize row is refused after reading.
             let mut record = match row_object(&batch, i) {
                 Ok(object) => Record::Parsed(Value::Object(object)),
-                Err(why) => Record::Invalid(why),
+                Err(why) => Record::Invalid(why.to_string()),
             };
             let bytes = record.weight() as u64;
             if bytes > options.max_row_bytes {
@@ -203,7 +203,18 @@ impl ChunkReader for CountedFile {
     }
 }
 
-fn row_object(batch: &RecordBatch, i: usize) -> Result<Map<String, Value>, String> {
+/// A cell with no JSON form: the row is invalid.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error(
+    "column `{column}` is binary and its value is not UTF-8 text (invalid byte at {valid_up_to})"
+)]
+pub struct CellError {
+    /// The column, with `.field` and `[]` for the struct fields and list items within it.
+    pub column: String,
+    pub valid_up_to: usize,
+}
+
+fn row_object(batch: &RecordBatch, i: usize) -> Result<Map<String, Value>, CellError> {
     let schema = batch.schema();
     schema
         .fields()
@@ -220,7 +231,7 @@ fn row_object(batch: &RecordBatch, i: usize) -> Result<Map<String, Value>, Strin
 
 /// One cell of column `column` as JSON. Types without a natural JSON form fall back to Arrow's
 /// display string; bytes (BINARY) are read as UTF-8 text, and refused when they are not.
-fn cell(array: &dyn Array, i: usize, column: &str) -> Result<Value, String> {
+fn cell(array: &dyn Array, i: usize, column: &str) -> Result<Value, CellError> {
     if array.is_null(i) {
         return Ok(Value::Null);
     }
@@ -231,10 +242,10 @@ fn cell(array: &dyn Array, i: usize, column: &str) -> Result<Value, String> {
     }
     let text = |bytes: &[u8]| match std::str::from_utf8(bytes) {
         Ok(text) => Ok(Value::String(text.to_owned())),
-        Err(e) => Err(format!(
-            "column `{column}` is binary and its value is not UTF-8 text (invalid byte at {})",
-            e.valid_up_to()
-        )),
+        Err(e) => Err(CellError {
+            column: column.to_owned(),
+            valid_up_to: e.valid_up_to(),
+        }),
     };
     Ok(match array.data_type() {
         DataType::Null => Value::Null,
@@ -268,14 +279,14 @@ fn cell(array: &dyn Array, i: usize, column: &str) -> Result<Value, String> {
                         let name = format!("{column}.{}", f.name());
                         Ok((f.name().clone(), cell(c.as_ref(), i, &name)?))
                     })
-                    .collect::<Result<_, String>>()?,
+                    .collect::<Result<_, CellError>>()?,
             )
         }
         _ => display(array, i),
     })
 }
 
-fn list(values: &dyn Array, column: &str) -> Result<Value, String> {
+fn list(values: &dyn Array, column: &str) -> Result<Value, CellError> {
     let name = format!("{column}[]");
     (0..values.len())
         .map(|j| cell(values, j, &name))

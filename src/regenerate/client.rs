@@ -215,7 +215,7 @@ async fn send(
         return Ok(Err((Some(status.as_u16()), message)));
     }
     // A success whose body is not a generation is not retried: the server would say the same.
-    Ok(parse(&bytes).map_err(|m| (Some(status.as_u16()), m)))
+    Ok(parse(&bytes).map_err(|m| (Some(status.as_u16()), m.to_string())))
 }
 
 /// A `/v1/chat/completions` answer. vLLM puts the prompt ids at the top level and the
@@ -268,19 +268,30 @@ struct ResponseFunction {
     arguments: Option<String>,
 }
 
-pub(crate) fn parse(bytes: &[u8]) -> Result<Generation, String> {
-    let response: Response = serde_json::from_slice(bytes)
-        .map_err(|e| format!("the answer is not a chat completion: {e}"))?;
+/// Why a successful answer is not a generation.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum AnswerError {
+    #[error("the answer is not a chat completion: {0}")]
+    NotACompletion(serde_json::Error),
+    #[error("the answer has no choices")]
+    NoChoices,
+    #[error(
+        "the answer carries no token ids: the server must support `return_token_ids` \
+         (vLLM with PR #22587, SGLang with PR #30917)"
+    )]
+    NoTokenIds,
+}
+
+pub(crate) fn parse(bytes: &[u8]) -> Result<Generation, AnswerError> {
+    let response: Response = serde_json::from_slice(bytes).map_err(AnswerError::NotACompletion)?;
     let Some(choice) = response.choices.into_iter().next() else {
-        return Err("the answer has no choices".to_owned());
+        return Err(AnswerError::NoChoices);
     };
-    let no_ids = "the answer carries no token ids: the server must support `return_token_ids` \
-                  (vLLM with PR #22587, SGLang with PR #30917)";
     let prompt_ids = choice
         .prompt_token_ids
         .or(response.prompt_token_ids)
-        .ok_or(no_ids)?;
-    let completion_ids = choice.token_ids.ok_or(no_ids)?;
+        .ok_or(AnswerError::NoTokenIds)?;
+    let completion_ids = choice.token_ids.ok_or(AnswerError::NoTokenIds)?;
     let m = choice.message;
     Ok(Generation {
         prompt_ids,
@@ -332,7 +343,10 @@ mod tests {
         assert_eq!(g.finish_reason, "length");
         assert_eq!(g.content.as_deref(), Some(" pr"));
         let without = br#"{"choices":[{"message":{"content":"x"},"finish_reason":"stop"}]}"#;
-        assert!(parse(without).unwrap_err().contains("return_token_ids"));
+        assert!(parse(without)
+            .unwrap_err()
+            .to_string()
+            .contains("return_token_ids"));
     }
 
     #[test]

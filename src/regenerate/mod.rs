@@ -93,6 +93,43 @@ pub struct Limits {
     pub min_supervised_tokens: usize,
 }
 
+/// Why a turn could not be generated (the row's `regen_error` message).
+#[derive(Debug, thiserror::Error)]
+enum GenerateError {
+    #[error("not in the cache `{}` ({OFFLINE_ENV} is set)", .0.display())]
+    Offline(std::path::PathBuf),
+    #[error("{0}")]
+    Slots(#[from] tokio::sync::AcquireError),
+    #[error("{url}: {error}")]
+    Request {
+        url: String,
+        error: client::RequestError,
+    },
+    #[error("cannot write the cache `{}`: {error}", dir.display())]
+    Cache {
+        dir: std::path::PathBuf,
+        error: std::io::Error,
+    },
+}
+
+/// How the server's prompt differs from chatshards' own (the row's `render_mismatch` message).
+#[derive(Debug, thiserror::Error)]
+enum PromptError {
+    #[error("chatshards cannot render the prompt: {0}")]
+    Render(String),
+    #[error("chatshards cannot tokenize the prompt: {0}")]
+    Tokenize(crate::tokenize::EncodeError),
+    #[error("the server's prompt ({server_tokens} tokens) differs from chatshards' render ({our_tokens} tokens) at token {at}: server {server}, chatshards {ours}")]
+    Differs {
+        server_tokens: usize,
+        our_tokens: usize,
+        at: usize,
+        /// The token at `at` on each side, or "the end".
+        server: String,
+        ours: String,
+    },
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum RegenerateError {
     #[error(transparent)]
@@ -485,10 +522,10 @@ impl Regenerator {
             turn += 1;
             let generation = match self.generate(source, &history).await {
                 Ok(g) => g,
-                Err(message) => return fail(RejectReason::RegenError, turn, message),
+                Err(message) => return fail(RejectReason::RegenError, turn, message.to_string()),
             };
             if let Err(detail) = self.same_prompt(source, &history, &generation.prompt_ids) {
-                return fail(RejectReason::RenderMismatch, turn, detail);
+                return fail(RejectReason::RenderMismatch, turn, detail.to_string());
             }
             let truncated = generation.finish_reason == "length";
             if truncated {
@@ -565,7 +602,7 @@ impl Regenerator {
         &self,
         source: &Source,
         history: &Conversation,
-    ) -> Result<Generation, String> {
+    ) -> Result<Generation, GenerateError> {
         let payload = payload(source, history);
         let key = cache::key(&payload);
         if let Some(g) = source.cache.get(&key) {
@@ -573,28 +610,29 @@ impl Regenerator {
             return Ok(g);
         }
         if self.offline {
-            return Err(format!(
-                "not in the cache `{}` ({OFFLINE_ENV} is set)",
-                source.cache.dir().display()
-            ));
+            return Err(GenerateError::Offline(source.cache.dir().to_owned()));
         }
         let n = source.endpoints.len().max(1) as u64;
         let endpoint = &source.endpoints[(self.turn.fetch_add(1, Relaxed) % n) as usize];
-        let permit = endpoint.slots.acquire().await.map_err(|e| e.to_string())?;
+        let permit = endpoint.slots.acquire().await?;
         let cfg = &source.settings.config;
         let answer = client::complete(&self.http, &endpoint.url, &payload, cfg.retries).await;
         drop(permit);
         self.counts.sent.fetch_add(1, Relaxed);
-        let g = answer.map_err(|e| format!("{}: {e}", endpoint.url))?;
+        let g = answer.map_err(|error| GenerateError::Request {
+            url: endpoint.url.clone(),
+            error,
+        })?;
         self.counts
             .generated_tokens
             .fetch_add(g.completion_ids.len() as u64, Relaxed);
-        source.cache.put(&key, &g).map_err(|e| {
-            format!(
-                "cannot write the cache `{}`: {e}",
-                source.cache.dir().display()
-            )
-        })?;
+        source
+            .cache
+            .put(&key, &g)
+            .map_err(|error| GenerateError::Cache {
+                dir: source.cache.dir().to_owned(),
+                error,
+            })?;
         Ok(g)
     }
 
@@ -605,16 +643,16 @@ impl Regenerator {
         source: &Source,
         history: &Conversation,
         server: &[u32],
-    ) -> Result<(), String> {
+    ) -> Result<(), PromptError> {
         let text = source
             .renderer
             .render_json(history.to_template_messages(), &history.tools, true)
-            .map_err(|e| format!("chatshards cannot render the prompt: {}", e.message))?;
+            .map_err(|e| PromptError::Render(e.message))?;
         let ours = self
             .tokenizer
             .encoder
             .encode(&text)
-            .map_err(|e| format!("chatshards cannot tokenize the prompt: {e}"))?;
+            .map_err(PromptError::Tokenize)?;
         if ours == server {
             return Ok(());
         }
@@ -630,13 +668,13 @@ impl Regenerator {
             ),
             None => "the end".to_owned(),
         };
-        Err(format!(
-            "the server's prompt ({} tokens) differs from chatshards' render ({} tokens) at token {at}: server {}, chatshards {}",
-            server.len(),
-            ours.len(),
-            show(server),
-            show(&ours)
-        ))
+        Err(PromptError::Differs {
+            server_tokens: server.len(),
+            our_tokens: ours.len(),
+            at,
+            server: show(server),
+            ours: show(&ours),
+        })
     }
 
     /// The pipeline's length rules per row: a row over `max_tokens` is dropped (cutting it

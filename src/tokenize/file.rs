@@ -37,16 +37,25 @@ pub(crate) struct ModelJson<M> {
     pub ignore_merges: bool,
 }
 
+/// Why a `tokenizer.json` could not be read (by this crate's own reader).
+#[derive(Debug, thiserror::Error)]
+pub enum FileError {
+    #[error("tokenizer.json: {0}")]
+    Json(#[from] serde_json::Error),
+    #[error("merge `{0}` is not two tokens")]
+    Merge(String),
+}
+
 impl<M: serde::de::DeserializeOwned + Default> TokenizerFile<M> {
-    pub fn parse(json: &[u8]) -> Result<Self, String> {
-        serde_json::from_slice(json).map_err(|e| format!("tokenizer.json: {e}"))
+    pub fn parse(json: &[u8]) -> Result<Self, FileError> {
+        Ok(serde_json::from_slice(json)?)
     }
 }
 
 impl TokenizerFile {
     /// The merges as `tokenizers` reads them: `#version` lines skipped, joined merges split on
     /// one space.
-    pub fn merge_pairs(&self) -> Result<Vec<(&str, &str)>, String> {
+    pub fn merge_pairs(&self) -> Result<Vec<(&str, &str)>, FileError> {
         let mut pairs = Vec::with_capacity(self.model.merges.len());
         for merge in &self.model.merges {
             match merge {
@@ -54,7 +63,7 @@ impl TokenizerFile {
                 MergeJson::Joined(line) if line.starts_with("#version") => {}
                 MergeJson::Joined(line) => match line.split(' ').collect::<Vec<_>>().as_slice() {
                     [a, b] => pairs.push((a, b)),
-                    _ => return Err(format!("merge `{line}` is not two tokens")),
+                    _ => return Err(FileError::Merge(line.clone())),
                 },
             }
         }

@@ -87,7 +87,7 @@ impl MaskRule {
         settings: &MaskSettings,
         prefill: &str,
         encoder: &dyn Encoder,
-    ) -> Result<Self, String> {
+    ) -> Result<Self, super::EncodeError> {
         let prefill = if settings.think_prefill || prefill.is_empty() {
             None
         } else {

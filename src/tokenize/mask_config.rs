@@ -128,7 +128,7 @@ impl MaskConfig {
     pub fn resolve(
         &self,
         policy: Option<RenderPolicy>,
-    ) -> Result<(MaskSettings, RenderPolicy), String> {
+    ) -> Result<(MaskSettings, RenderPolicy), PresetConflict> {
         let Some(preset) = self.preset else {
             let d = MaskSettings::default();
             let settings = MaskSettings {
@@ -174,13 +174,21 @@ impl MaskConfig {
         if conflicts.is_empty() {
             Ok((settings, preset_policy))
         } else {
-            Err(format!(
-                "mask.preset `{}` conflicts with {}",
-                preset.name(),
-                conflicts.join(", ")
-            ))
+            Err(PresetConflict {
+                preset: preset.name(),
+                conflicts,
+            })
         }
     }
+}
+
+/// Fields of `mask` / `render.policy` that contradict `mask.preset` (a plan error).
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("mask.preset `{preset}` conflicts with {}", conflicts.join(", "))]
+pub struct PresetConflict {
+    pub preset: &'static str,
+    /// Each as `` `field: given` (the preset has wanted) ``.
+    pub conflicts: Vec<String>,
 }
 
 /// The YAML spelling of a setting, for messages.
@@ -243,7 +251,7 @@ mod tests {
             .resolve(Some(RenderPolicy::Expand))
             .expect_err("conflicts");
         assert_eq!(
-            err,
+            err.to_string(),
             "mask.preset `speculators-0.7` conflicts with `mask.dtype: int8` (the preset has bool), \
              `render.policy: expand` (the preset has all)"
         );

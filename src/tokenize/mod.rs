@@ -14,7 +14,10 @@ pub mod segments;
 pub mod shipped;
 mod vocab;
 
+pub use fast::FastError;
+pub use file::FileError;
 pub use mask::{ChatMarkers, MaskError};
+pub use segments::SegmentCacheError;
 pub use vocab::{TokenBytes, TokenizerError};
 
 use std::path::Path;
@@ -22,13 +25,23 @@ use std::path::Path;
 /// Turns text into token ids. Implementations must be exact (same ids as the reference
 /// tokenizer) and must not parallelise internally: the pipeline owns the thread pool.
 pub trait Encoder: Send + Sync {
-    fn encode(&self, text: &str) -> Result<Vec<u32>, String>;
+    fn encode(&self, text: &str) -> Result<Vec<u32>, EncodeError>;
 
     /// [`encode`](Self::encode), also saying where the ids came from: a spot check only tells
     /// something about ids that are not the `tokenizers` crate's own for the whole text.
-    fn encode_traced(&self, text: &str) -> Result<(Vec<u32>, Origin), String> {
+    fn encode_traced(&self, text: &str) -> Result<(Vec<u32>, Origin), EncodeError> {
         self.encode(text).map(|ids| (ids, Origin::Derived))
     }
+}
+
+/// Why a text could not be encoded.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum EncodeError {
+    /// The `tokenizers` crate's message (its error type is an opaque box).
+    #[error("{0}")]
+    Tokenizers(String),
+    #[error("segment off a char boundary")]
+    OffCharBoundary,
 }
 
 /// Where an encoding's ids came from.
@@ -46,20 +59,20 @@ pub struct HfEncoder {
 }
 
 impl Encoder for HfEncoder {
-    fn encode(&self, text: &str) -> Result<Vec<u32>, String> {
+    fn encode(&self, text: &str) -> Result<Vec<u32>, EncodeError> {
         hf_encode(&self.tokenizer, text)
     }
 
-    fn encode_traced(&self, text: &str) -> Result<(Vec<u32>, Origin), String> {
+    fn encode_traced(&self, text: &str) -> Result<(Vec<u32>, Origin), EncodeError> {
         self.encode(text).map(|ids| (ids, Origin::Reference))
     }
 }
 
-fn hf_encode(tokenizer: &tokenizers::Tokenizer, text: &str) -> Result<Vec<u32>, String> {
+fn hf_encode(tokenizer: &tokenizers::Tokenizer, text: &str) -> Result<Vec<u32>, EncodeError> {
     tokenizer
         .encode_fast(text, false)
         .map(|e| e.get_ids().to_vec())
-        .map_err(|e| e.to_string())
+        .map_err(|e| EncodeError::Tokenizers(e.to_string()))
 }
 
 /// Which encoder to use (`tokenizer.backend` in the pipeline config).
@@ -87,7 +100,7 @@ pub struct BackendReport {
     pub probe_texts: usize,
     /// Whether recurring segments are encoded once ([`Tokenizer::cache_segments`]), or why
     /// not; `None` when not asked for.
-    pub segment_cache: Option<Result<(), String>>,
+    pub segment_cache: Option<Result<(), SegmentCacheError>>,
 }
 
 impl BackendReport {
@@ -167,7 +180,8 @@ impl Tokenizer {
     pub fn embedded_token_bytes() -> Result<TokenBytes, TokenizerError> {
         let json =
             unzstd(crate::model::embedded::TOKENIZER_ZST).map_err(TokenizerError::Embedded)?;
-        let file = file::VocabFile::parse(&json).map_err(TokenizerError::Parse)?;
+        let file =
+            file::VocabFile::parse(&json).map_err(|e| TokenizerError::Parse(e.to_string()))?;
         Ok(TokenBytes::from_file(&file))
     }
 
@@ -200,7 +214,7 @@ impl Tokenizer {
             // `tokenizers` read it, so only our reading failed: keep its table, refuse `fast`.
             Err(reason) => (
                 TokenBytes::from_tokenizer(&hf)?,
-                (backend != Backend::Hf).then_some(Err(reason)),
+                (backend != Backend::Hf).then_some(Err(reason.into())),
             ),
         };
         let mut tokenizer = Self::assemble(hf, bytes)?;
@@ -220,7 +234,9 @@ impl Tokenizer {
                 report.used = Backend::Fast;
                 report.probe_texts = probes;
             }
-            Err(reason) if backend == Backend::Auto => report.fallback_reason = Some(reason),
+            Err(reason) if backend == Backend::Auto => {
+                report.fallback_reason = Some(reason.to_string())
+            }
             Err(reason) => return Err(TokenizerError::FastBackend(reason)),
         }
         Ok((tokenizer, report))
@@ -230,8 +246,8 @@ impl Tokenizer {
     /// (`tokenizers`) encoder on every probe text.
     fn checked_fast_encoder(
         &self,
-        parts: Result<fast::FastParts, String>,
-    ) -> Result<(fast::FastEncoder, usize), String> {
+        parts: Result<fast::FastParts, FastError>,
+    ) -> Result<(fast::FastEncoder, usize), FastError> {
         let encoder = fast::FastEncoder::assemble(parts, &self.hf)?;
         let mut added: Vec<String> = self
             .hf
@@ -246,7 +262,7 @@ impl Tokenizer {
 
     /// Makes the encoder reuse the ids of long segments that recur from row to row (exact; see
     /// `segments`). `Err` says why this tokenizer cannot, and leaves the encoder as it was.
-    pub fn cache_segments(&mut self) -> Result<(), String> {
+    pub fn cache_segments(&mut self) -> Result<(), SegmentCacheError> {
         let splitter = segments::splitter(&self.hf)?;
         let placeholder = Box::new(HfEncoder {
             tokenizer: std::sync::Arc::clone(&self.hf),
@@ -262,7 +278,7 @@ impl Tokenizer {
     }
 
     /// Encodes with the `tokenizers` crate whatever the backend, to spot-check the encoder.
-    pub fn reference_encode(&self, text: &str) -> Result<Vec<u32>, String> {
+    pub fn reference_encode(&self, text: &str) -> Result<Vec<u32>, EncodeError> {
         hf_encode(&self.hf, text)
     }
 

@@ -11,7 +11,7 @@
 //! each stretch starting and ending at an added token, so its pieces are the same too. The
 //! build re-encodes a share of its rows without the cache, and checks every row's decode.
 
-use super::{Encoder, Origin};
+use super::{EncodeError, Encoder, Origin};
 use aho_corasick::{AhoCorasick, AhoCorasickBuilder, MatchKind};
 use std::hash::BuildHasher;
 use std::sync::Mutex;
@@ -49,13 +49,26 @@ struct Cached {
     ids: Box<[u32]>,
 }
 
+/// Why segments of a tokenizer's texts cannot be encoded apart.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum SegmentCacheError {
+    #[error("the tokenizer truncates or pads")]
+    TruncatesOrPads,
+    #[error("the tokenizer encodes special tokens as text")]
+    EncodesSpecialTokens,
+    #[error("added token {0:?} strips, matches whole words or is normalized")]
+    AddedToken(String),
+    #[error("added tokens: {0}")]
+    AddedTokens(#[from] aho_corasick::BuildError),
+}
+
 /// Whether segments of `tokenizer`'s texts can be encoded apart; `Err` says why not.
-pub fn splitter(tokenizer: &tokenizers::Tokenizer) -> Result<AhoCorasick, String> {
+pub fn splitter(tokenizer: &tokenizers::Tokenizer) -> Result<AhoCorasick, SegmentCacheError> {
     if tokenizer.get_truncation().is_some() || tokenizer.get_padding().is_some() {
-        return Err("the tokenizer truncates or pads".into());
+        return Err(SegmentCacheError::TruncatesOrPads);
     }
     if tokenizer.get_encode_special_tokens() {
-        return Err("the tokenizer encodes special tokens as text".into());
+        return Err(SegmentCacheError::EncodesSpecialTokens);
     }
     let mut tokens: Vec<(u32, tokenizers::AddedToken)> =
         tokenizer.get_added_tokens_decoder().into_iter().collect();
@@ -63,10 +76,7 @@ pub fn splitter(tokenizer: &tokenizers::Tokenizer) -> Result<AhoCorasick, String
     let mut patterns = Vec::with_capacity(tokens.len());
     for (_, t) in tokens {
         if t.lstrip || t.rstrip || t.single_word || t.normalized {
-            return Err(format!(
-                "added token {:?} strips, matches whole words or is normalized",
-                t.content
-            ));
+            return Err(SegmentCacheError::AddedToken(t.content));
         }
         if !t.content.is_empty() {
             patterns.push(t.content);
@@ -75,7 +85,7 @@ pub fn splitter(tokenizer: &tokenizers::Tokenizer) -> Result<AhoCorasick, String
     AhoCorasickBuilder::new()
         .match_kind(MatchKind::LeftmostLongest)
         .build(&patterns)
-        .map_err(|e| format!("added tokens: {e}"))
+        .map_err(SegmentCacheError::from)
 }
 
 impl SegmentCache {
@@ -97,11 +107,11 @@ impl SegmentCache {
         pending: &mut usize,
         end: usize,
         out: &mut Vec<u32>,
-    ) -> Result<(), String> {
+    ) -> Result<(), EncodeError> {
         if *pending < end {
             let stretch = text
                 .get(*pending..end)
-                .ok_or("segment off a char boundary")?;
+                .ok_or(EncodeError::OffCharBoundary)?;
             out.extend(self.inner.encode(stretch)?);
         }
         *pending = end;
@@ -118,11 +128,11 @@ impl SegmentCache {
         (start, end): (usize, usize),
         pending: &mut usize,
         out: &mut Vec<u32>,
-    ) -> Result<(), String> {
+    ) -> Result<(), EncodeError> {
         if end - start < MIN_SEGMENT {
             return Ok(());
         }
-        let segment = text.get(start..end).ok_or("segment off a char boundary")?;
+        let segment = text.get(start..end).ok_or(EncodeError::OffCharBoundary)?;
         let hash = self.hasher.hash_one(segment);
         if let Some(cached) = shard.ids.get(&hash) {
             if *cached.text == *segment {
@@ -154,13 +164,13 @@ impl SegmentCache {
 }
 
 impl Encoder for SegmentCache {
-    fn encode(&self, text: &str) -> Result<Vec<u32>, String> {
+    fn encode(&self, text: &str) -> Result<Vec<u32>, EncodeError> {
         self.encode_traced(text).map(|(ids, _)| ids)
     }
 
     /// The inner encoder's origin when no segment was served or cached (the text then went to
     /// it whole, in one call), else [`Origin::Derived`].
-    fn encode_traced(&self, text: &str) -> Result<(Vec<u32>, Origin), String> {
+    fn encode_traced(&self, text: &str) -> Result<(Vec<u32>, Origin), EncodeError> {
         // One shard per pool thread, so the lock is never contended there.
         let index = rayon::current_thread_index().unwrap_or(0) % self.shards.len();
         let Ok(mut shard) = self.shards[index].lock() else {
@@ -198,7 +208,7 @@ mod tests {
     struct Counting(super::super::HfEncoder, Arc<AtomicUsize>);
 
     impl Encoder for Counting {
-        fn encode(&self, text: &str) -> Result<Vec<u32>, String> {
+        fn encode(&self, text: &str) -> Result<Vec<u32>, EncodeError> {
             self.1.fetch_add(text.len(), Ordering::Relaxed);
             self.0.encode(text)
         }
@@ -307,13 +317,16 @@ mod tests {
         let mut stripping = (*t.hf).clone();
         stripping.add_special_tokens(&[tokenizers::AddedToken::from("<mark>", true).lstrip(true)]);
         let err = splitter(&stripping).expect_err("refused");
-        assert!(err.contains("<mark>"), "{err}");
+        assert!(err.to_string().contains("<mark>"), "{err}");
         let mut truncating = (*t.hf).clone();
         truncating
             .with_truncation(Some(tokenizers::TruncationParams::default()))
             .expect("truncation");
         assert_eq!(
-            splitter(&truncating).err().as_deref(),
+            splitter(&truncating)
+                .err()
+                .map(|e| e.to_string())
+                .as_deref(),
             Some("the tokenizer truncates or pads")
         );
     }

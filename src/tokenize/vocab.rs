@@ -15,7 +15,7 @@ pub enum TokenizerError {
     #[error("the tokenizer has no token for `{0}`, which the chat format needs")]
     MissingToken(String),
     #[error("the fast encoder cannot be used: {0}")]
-    FastBackend(String),
+    FastBackend(super::FastError),
     #[error("in `{}`: {source}", path.display())]
     AtPath {
         path: PathBuf,

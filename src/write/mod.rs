@@ -20,7 +20,8 @@ pub use dataset::{
 };
 pub use direct::OutputFile;
 pub use shard::{
-    schema, BatchBuilder, ShardEncoder, ShardSummary, ShardWriter, BATCH_ROWS as SHARD_BATCH_ROWS,
+    schema, BatchBuilder, ShardEncoder, ShardError, ShardSummary, ShardWriter,
+    BATCH_ROWS as SHARD_BATCH_ROWS,
 };
 pub use shards::{write_shards, ShardLayout};
 pub use spill::{
@@ -43,10 +44,12 @@ pub struct TokenRow {
 pub enum WriteError {
     #[error("failed to write `{}`", .0.display())]
     Io(std::path::PathBuf, #[source] std::io::Error),
-    #[error("failed to write Arrow shard `{}`: {message}", path.display())]
+    // The message includes the shard error's, so it is not also a `source` (the CLI prints
+    // each cause on its own line).
+    #[error("failed to write Arrow shard `{}`: {error}", path.display())]
     Arrow {
         path: std::path::PathBuf,
-        message: String,
+        error: ShardError,
     },
     #[error("spill file `{}` is corrupt", .0.display())]
     Corrupt(std::path::PathBuf),

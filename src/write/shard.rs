@@ -103,6 +103,15 @@ impl ChunkHasher {
     }
 }
 
+/// Why a record batch or a shard's bytes could not be made.
+#[derive(Debug, thiserror::Error)]
+pub enum ShardError {
+    #[error("a record batch exceeds 2^31 tokens")]
+    BatchTooLarge,
+    #[error(transparent)]
+    Arrow(#[from] arrow_schema::ArrowError),
+}
+
 /// Rows per record batch, as `datasets` writes them. Batches never span shards: a shard's
 /// batches start at its first row.
 pub const BATCH_ROWS: usize = 1000;
@@ -135,13 +144,12 @@ impl BatchBuilder {
     }
 
     /// Appends a row; `sources` names the rows' source indices.
-    pub fn push(&mut self, row: &SpilledRow<'_>, sources: &[String]) -> Result<(), String> {
+    pub fn push(&mut self, row: &SpilledRow<'_>, sources: &[String]) -> Result<(), ShardError> {
         if self.offsets.is_empty() {
             self.offsets.push(0);
         }
         row.append_to(&mut self.ids, &mut self.mask);
-        let end = i32::try_from(self.ids.len())
-            .map_err(|_| "a record batch exceeds 2^31 tokens".to_owned())?;
+        let end = i32::try_from(self.ids.len()).map_err(|_| ShardError::BatchTooLarge)?;
         self.offsets.push(end);
         self.seq_len.push(row.len() as i64);
         self.sample_ids.append_value(row.sample_id);
@@ -156,7 +164,7 @@ impl BatchBuilder {
 
     /// The record batch of the rows pushed since the last one (built from plain buffers, with
     /// no null buffers, as builders without nulls write them).
-    pub fn finish(&mut self) -> Result<RecordBatch, String> {
+    pub fn finish(&mut self) -> Result<RecordBatch, ShardError> {
         let mut offsets = std::mem::take(&mut self.offsets);
         if offsets.is_empty() {
             offsets.push(0);
@@ -187,7 +195,7 @@ impl BatchBuilder {
             Arc::new(self.sample_ids.finish()),
             Arc::new(self.source_names.finish()),
         ];
-        RecordBatch::try_new(schema(self.dtype), columns).map_err(|e| e.to_string())
+        Ok(RecordBatch::try_new(schema(self.dtype), columns)?)
     }
 }
 
@@ -199,8 +207,8 @@ pub struct ShardEncoder {
 }
 
 impl ShardEncoder {
-    pub fn new(mask: MaskDtype) -> Result<Self, String> {
-        let writer = StreamWriter::try_new(Vec::new(), &schema(mask)).map_err(|e| e.to_string())?;
+    pub fn new(mask: MaskDtype) -> Result<Self, ShardError> {
+        let writer = StreamWriter::try_new(Vec::new(), &schema(mask))?;
         Ok(ShardEncoder { writer })
     }
 
@@ -208,21 +216,21 @@ impl ShardEncoder {
     /// An encoder for a batch in the middle of a shard: its bytes are the batch's message
     /// alone, without the schema that opens a stream (no state carries from one batch of a
     /// stream to the next: no dictionaries, no compression), so batches encode in parallel.
-    pub fn continuing(mask: MaskDtype) -> Result<Self, String> {
+    pub fn continuing(mask: MaskDtype) -> Result<Self, ShardError> {
         let mut encoder = ShardEncoder::new(mask)?;
         encoder.writer.get_mut().clear();
         Ok(encoder)
     }
 
-    pub fn encode(&mut self, batch: &RecordBatch) -> Result<Vec<u8>, String> {
-        self.writer.write(batch).map_err(|e| e.to_string())?;
+    pub fn encode(&mut self, batch: &RecordBatch) -> Result<Vec<u8>, ShardError> {
+        self.writer.write(batch)?;
         Ok(std::mem::take(self.writer.get_mut()))
     }
 
     /// The last bytes of the shard.
-    pub fn finish(mut self) -> Result<Vec<u8>, String> {
-        self.writer.finish().map_err(|e| e.to_string())?;
-        self.writer.into_inner().map_err(|e| e.to_string())
+    pub fn finish(mut self) -> Result<Vec<u8>, ShardError> {
+        self.writer.finish()?;
+        Ok(self.writer.into_inner()?)
     }
 }
 

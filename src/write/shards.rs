@@ -6,7 +6,7 @@
 //! same at any thread count.
 
 use super::{
-    shard_name, BatchBuilder, Bucket, ShardEncoder, ShardSummary, ShardWriter, Spill,
+    shard_name, BatchBuilder, Bucket, ShardEncoder, ShardError, ShardSummary, ShardWriter, Spill,
     SpilledBucket, WriteError, SHARD_BATCH_ROWS,
 };
 use crate::model::split::{self, Split, Target};
@@ -179,9 +179,9 @@ fn write_windowed(
         let planner = std::thread::Builder::new().name("shard-plan".to_owned());
         planner
             .spawn_scoped(scope, move || {
-                let arrow_err = |shard: usize, message: String| WriteError::Arrow {
+                let arrow_err = |shard: usize, error: ShardError| WriteError::Arrow {
                     path: dir.join(name(shard)),
-                    message,
+                    error,
                 };
                 let fail = |shard: usize, e: WriteError| {
                     let _ = tx.send(ShardChunk {
@@ -251,7 +251,7 @@ fn write_windowed(
                             .map(|plan| ShardChunk {
                                 shard: plan.shard,
                                 bytes: encode(plan, mask_dtype, &sources, locals)
-                                    .map_err(|message| arrow_err(plan.shard, message)),
+                                    .map_err(|error| arrow_err(plan.shard, error)),
                                 rows: plan.rows.len() as u64,
                                 ends_shard: plan.ends_shard,
                             })
@@ -387,7 +387,7 @@ fn encode(
     mask_dtype: crate::tokenize::mask_config::MaskDtype,
     sources: &[String],
     locals: &[Mutex<DatasetStats>],
-) -> Result<Vec<u8>, String> {
+) -> Result<Vec<u8>, ShardError> {
     let mut builder = BatchBuilder::new(mask_dtype);
     let (mut ids, mut mask) = (Vec::new(), Vec::new());
     let slot = rayon::current_thread_index().unwrap_or(0) % locals.len();

@@ -305,8 +305,9 @@ fn load_errors_name_the_file_record_and_column() {
         id: id.into(),
         text: text.iter().map(|s| s.to_string()).collect(),
     };
-    let err =
-        load_items("b", std::slice::from_ref(&path), &columns("id", &["q"])).expect_err("no q");
+    let err = load_items("b", std::slice::from_ref(&path), &columns("id", &["q"]))
+        .expect_err("no q")
+        .to_string();
     assert_eq!(
         err,
         format!(
@@ -315,8 +316,9 @@ fn load_errors_name_the_file_record_and_column() {
         )
     );
     std::fs::write(&path, "{\"id\": [1], \"q\": \"x\"}\n").expect("write");
-    let err =
-        load_items("b", std::slice::from_ref(&path), &columns("id", &["q"])).expect_err("bad id");
+    let err = load_items("b", std::slice::from_ref(&path), &columns("id", &["q"]))
+        .expect_err("bad id")
+        .to_string();
     assert_eq!(
         err,
         format!(
@@ -325,19 +327,23 @@ fn load_errors_name_the_file_record_and_column() {
         )
     );
     std::fs::write(&path, "{\"id\": 1, \"q\": null}\nnot json\n").expect("write");
-    let err =
-        load_items("b", std::slice::from_ref(&path), &columns("id", &["q"])).expect_err("null");
+    let err = load_items("b", std::slice::from_ref(&path), &columns("id", &["q"]))
+        .expect_err("null")
+        .to_string();
     assert!(
         err.ends_with("record 0: column `q` is null, not a string"),
         "{err}"
     );
     std::fs::write(&path, "").expect("write");
     assert_eq!(
-        load_items("b", std::slice::from_ref(&path), &columns("id", &["q"])),
+        load_items("b", std::slice::from_ref(&path), &columns("id", &["q"]))
+            .map_err(|e| e.to_string()),
         Err("benchmark `b`: its files hold no item".into())
     );
     let missing = dir.path().join("nope.jsonl");
-    let err = load_items("b", &[missing], &columns("id", &["q"])).expect_err("missing");
+    let err = load_items("b", &[missing], &columns("id", &["q"]))
+        .expect_err("missing")
+        .to_string();
     assert!(err.starts_with("benchmark `b`: failed to read `"), "{err}");
 }
 
@@ -345,7 +351,7 @@ fn load_errors_name_the_file_record_and_column() {
 fn config_checks() {
     let bad = |yaml: &str| {
         let c: DecontamConfig = serde_yaml_ng::from_str(yaml).expect("parses");
-        c.check().expect_err("invalid")
+        c.check().expect_err("invalid").to_string()
     };
     assert_eq!(
         bad("benchmarks: [{name: a, columns: {id: i, text: [t]}}]"),

@@ -40,8 +40,8 @@ impl AddedTokens {
         tokens: &[(u32, tokenizers::AddedToken)],
         encode_special_tokens: bool,
         normalize: impl Fn(&str) -> String,
-    ) -> Result<Self, String> {
-        let build = |normalized: bool| -> Result<Option<Matcher>, String> {
+    ) -> Result<Self, aho_corasick::BuildError> {
+        let build = |normalized: bool| -> Result<Option<Matcher>, aho_corasick::BuildError> {
             let chosen: Vec<&(u32, tokenizers::AddedToken)> = tokens
                 .iter()
                 .filter(|(_, t)| t.normalized == normalized && !t.content.is_empty())
@@ -61,8 +61,7 @@ impl AddedTokens {
                 .collect();
             let automaton = AhoCorasickBuilder::new()
                 .match_kind(MatchKind::LeftmostLongest)
-                .build(&patterns)
-                .map_err(|e| format!("added tokens: {e}"))?;
+                .build(&patterns)?;
             let entries = chosen
                 .iter()
                 .map(|(id, t)| Entry {

@@ -53,6 +53,33 @@ pub(super) struct Bpe {
     hasher: FixedState,
 }
 
+/// Why a vocabulary and merge list cannot be encoded by [`Bpe`].
+#[derive(Debug, thiserror::Error)]
+pub enum BpeError {
+    #[error("vocabulary too large")]
+    VocabularyTooLarge,
+    #[error("two vocabulary tokens have the same bytes")]
+    SameBytes,
+    #[error("byte 0x{0:02x} has no token, so BPE could hit `unk`")]
+    NoByteToken(u8),
+    #[error("merge token `{0}` is not in the vocabulary")]
+    UnknownMergeToken(String),
+    #[error(
+        "merges are not rank-consistent: merge #{rank} `{left} {right}` gives id \
+         {merged}, but merge #{prev_rank} before it gave id {prev_id}"
+    )]
+    NotRankConsistent {
+        rank: usize,
+        left: String,
+        right: String,
+        merged: u32,
+        prev_rank: usize,
+        prev_id: u32,
+    },
+    #[error("too many merges")]
+    TooManyMerges,
+}
+
 impl Bpe {
     /// `vocab` is the model vocabulary (byte-level strings → ids), `merges` the merge list in
     /// rank order. Fails unless every byte has a token and the merges are rank-consistent.
@@ -61,7 +88,7 @@ impl Bpe {
         merges: &[(&str, &str)],
         ignore_merges: bool,
         char_to_byte: impl Fn(char) -> Option<u8>,
-    ) -> Result<Bpe, String> {
+    ) -> Result<Bpe, BpeError> {
         let hasher = FixedState::default();
         let size = vocab
             .iter()
@@ -83,7 +110,7 @@ impl Bpe {
         token_offsets.push(0u32);
         for bytes in &table {
             token_bytes.extend_from_slice(bytes.as_deref().unwrap_or_default());
-            let end = u32::try_from(token_bytes.len()).map_err(|_| "vocabulary too large")?;
+            let end = u32::try_from(token_bytes.len()).map_err(|_| BpeError::VocabularyTooLarge)?;
             token_offsets.push(end);
         }
         let mut bpe = Bpe {
@@ -101,14 +128,14 @@ impl Bpe {
             let hash = bpe.hasher.hash_one(bytes.as_slice());
             if bpe.lookup(bytes, hash).is_some() {
                 // Distinct strings map to distinct bytes, so this cannot happen for a valid file.
-                return Err("two vocabulary tokens have the same bytes".into());
+                return Err(BpeError::SameBytes);
             }
             bpe.vocab.insert(bytes, hash, id as u32);
         }
         for b in 0..=255u8 {
             bpe.byte_ids[b as usize] = bpe
                 .lookup(&[b], bpe.hasher.hash_one([b].as_slice()))
-                .ok_or_else(|| format!("byte 0x{b:02x} has no token, so BPE could hit `unk`"))?;
+                .ok_or(BpeError::NoByteToken(b))?;
         }
 
         let by_text: HashMap<&str, u32, FixedState> = vocab
@@ -119,7 +146,7 @@ impl Bpe {
             by_text
                 .get(token)
                 .copied()
-                .ok_or_else(|| format!("merge token `{token}` is not in the vocabulary"))
+                .ok_or_else(|| BpeError::UnknownMergeToken(token.to_owned()))
         };
         let mut previous: Option<(usize, u32)> = None;
         let mut joined = String::new();
@@ -134,15 +161,19 @@ impl Bpe {
             // tokenizers unlike those we test with on the `tokenizers` crate.
             if let Some((prev_rank, prev_id)) = previous {
                 if merged < prev_id {
-                    return Err(format!(
-                        "merges are not rank-consistent: merge #{rank} `{left} {right}` gives id \
-                         {merged}, but merge #{prev_rank} before it gave id {prev_id}"
-                    ));
+                    return Err(BpeError::NotRankConsistent {
+                        rank,
+                        left: (*left).to_owned(),
+                        right: (*right).to_owned(),
+                        merged,
+                        prev_rank,
+                        prev_id,
+                    });
                 }
             }
             previous = Some((rank, merged));
             let key = pair_key(id_of(left)?, id_of(right)?);
-            let rank = u32::try_from(rank).map_err(|_| "too many merges")?;
+            let rank = u32::try_from(rank).map_err(|_| BpeError::TooManyMerges)?;
             // A repeated pair keeps its last rank, as in `tokenizers` (a map built in order).
             bpe.merges.insert(key, Merge { rank, id: merged });
         }

@@ -39,17 +39,42 @@ pub(super) struct CharClasses {
 
 const CONTRACTION_LETTERS: &[u8] = b"strevmld";
 
+/// Why the regex engine's character classes do not fit the scanner (the regex path is used).
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum ClassesError {
+    #[error("regex `{pattern}`: {message}")]
+    Regex { pattern: String, message: String },
+    #[error("U+{0:04X} is in more than one class")]
+    Overlap(u32),
+    #[error("{0:?} is not matched by `\\s`")]
+    NotSpace(char),
+    #[error("`{0}` matches a multi-character sequence")]
+    MultiCharacterFold(String),
+    #[error("a character case-folds to two contraction letters")]
+    TwoFolds,
+    #[error("too many distinct blocks")]
+    TooManyBlocks,
+}
+
+/// `pattern` compiled by the `tokenizers` crate's regex engine.
+fn sys_regex(pattern: &str) -> Result<SysRegex, ClassesError> {
+    SysRegex::new(pattern).map_err(|e| ClassesError::Regex {
+        pattern: pattern.to_owned(),
+        message: e.to_string(),
+    })
+}
+
 impl CharClasses {
     /// The process-wide table, or why it could not be built.
-    pub(super) fn get() -> Result<&'static CharClasses, String> {
-        static TABLE: OnceLock<Result<CharClasses, String>> = OnceLock::new();
+    pub(super) fn get() -> Result<&'static CharClasses, ClassesError> {
+        static TABLE: OnceLock<Result<CharClasses, ClassesError>> = OnceLock::new();
         TABLE
             .get_or_init(Self::from_engine)
             .as_ref()
             .map_err(Clone::clone)
     }
 
-    fn from_engine() -> Result<CharClasses, String> {
+    fn from_engine() -> Result<CharClasses, ClassesError> {
         let every_char: String = (0..=char::MAX as u32).filter_map(char::from_u32).collect();
         let mut class = vec![Class::Other; char::MAX as usize + 1];
         for (pattern, value) in [
@@ -58,14 +83,14 @@ impl CharClasses {
             (r"\p{M}+", Class::Mark),
             (r"\p{N}+", Class::Number),
         ] {
-            let regex = SysRegex::new(pattern).map_err(|e| format!("regex `{pattern}`: {e}"))?;
+            let regex = sys_regex(pattern)?;
             for (start, end) in regex.find_iter(&every_char) {
                 for c in every_char.get(start..end).unwrap_or_default().chars() {
                     let slot = &mut class[c as usize];
                     if *slot != Class::Other {
                         // The scanner assumes the four classes are disjoint, as they are in
                         // Unicode (general categories L, M, N; White_Space is Z* and Cc).
-                        return Err(format!("U+{:04X} is in more than one class", c as u32));
+                        return Err(ClassesError::Overlap(c as u32));
                     }
                     *slot = value;
                 }
@@ -73,7 +98,7 @@ impl CharClasses {
         }
         for c in ['\r', '\n'] {
             if class[c as usize] != Class::Space {
-                return Err(format!("{c:?} is not matched by `\\s`"));
+                return Err(ClassesError::NotSpace(c));
             }
             class[c as usize] = Class::Newline;
         }
@@ -81,19 +106,19 @@ impl CharClasses {
         let mut folds = Vec::new();
         for &letter in CONTRACTION_LETTERS {
             let pattern = format!("(?i:{})", letter as char);
-            let regex = SysRegex::new(&pattern).map_err(|e| format!("regex `{pattern}`: {e}"))?;
+            let regex = sys_regex(&pattern)?;
             for (start, end) in regex.find_iter(&every_char) {
                 let mut chars = every_char.get(start..end).unwrap_or_default().chars();
                 match (chars.next(), chars.next()) {
                     (Some(c), None) => folds.push((c, letter)),
                     // A letter matching a sequence would need a look-ahead the scanner lacks.
-                    _ => return Err(format!("`{pattern}` matches a multi-character sequence")),
+                    _ => return Err(ClassesError::MultiCharacterFold(pattern)),
                 }
             }
         }
         folds.sort_unstable();
         if folds.windows(2).any(|w| w[0].0 == w[1].0) {
-            return Err("a character case-folds to two contraction letters".into());
+            return Err(ClassesError::TwoFolds);
         }
 
         let mut block_of = Vec::with_capacity(class.len() / 256);
@@ -106,7 +131,7 @@ impl CharClasses {
                 blocks.push(block);
                 blocks.len() - 1
             });
-            block_of.push(u16::try_from(index).map_err(|_| "too many distinct blocks")?);
+            block_of.push(u16::try_from(index).map_err(|_| ClassesError::TooManyBlocks)?);
         }
         Ok(CharClasses {
             block_of: block_of.into(),

@@ -21,11 +21,13 @@ mod classes;
 mod pretokenize;
 mod probe;
 
+pub use bpe::BpeError;
+pub use classes::ClassesError;
 pub use pretokenize::{PreTokenizer, Scanner};
 pub use probe::probe_texts;
 
-use super::file::TokenizerFile;
-use super::Encoder;
+use super::file::{FileError, TokenizerFile};
+use super::{EncodeError, Encoder};
 use added::{AddedTokens, Piece};
 use bpe::{Bpe, PieceCache};
 use std::borrow::Cow;
@@ -33,6 +35,48 @@ use std::cell::RefCell;
 use std::sync::atomic::{AtomicU64, Ordering};
 use tokenizers::models::ModelWrapper;
 use tokenizers::normalizers::NormalizerWrapper;
+
+/// Why the fast encoder does not apply to a tokenizer, or differs from the `tokenizers` crate.
+#[derive(Debug, thiserror::Error)]
+pub enum FastError {
+    #[error(transparent)]
+    File(#[from] FileError),
+    #[error(transparent)]
+    Bpe(#[from] BpeError),
+    #[error(transparent)]
+    Classes(#[from] ClassesError),
+    #[error("pre-tokenizer not supported: {0}")]
+    PreTokenizer(String),
+    #[error("the pre-tokenizer regex does not compile: {0}")]
+    Regex(String),
+    #[error("added tokens: {0}")]
+    AddedTokens(#[from] aho_corasick::BuildError),
+    #[error("the tokenizer truncates or pads")]
+    TruncatesOrPads,
+    #[error("normalizer {0} is not supported (only NFC or none)")]
+    Normalizer(String),
+    #[error("the model is {0}, not BPE")]
+    NotBpe(&'static str),
+    #[error("BPE dropout is on")]
+    Dropout,
+    #[error("BPE has a continuing-subword prefix or end-of-word suffix")]
+    SubwordAffix,
+    #[error("the model read from the file differs from the `tokenizers` crate's")]
+    ModelDiffers,
+    #[error(
+        "ids differ from the `tokenizers` crate on probe text {text:?} at token {at} \
+         (fast {fast:?}, tokenizers {reference:?})"
+    )]
+    ProbeDiffers {
+        /// The probe text's first 80 characters.
+        text: String,
+        at: usize,
+        fast: Option<u32>,
+        reference: Option<u32>,
+    },
+    #[error(transparent)]
+    Encode(#[from] EncodeError),
+}
 
 /// The fast encoder. `Send + Sync`; per-thread state lives in a thread-local cache.
 pub struct FastEncoder {
@@ -58,7 +102,7 @@ pub(crate) struct FastParts {
 }
 
 impl FastParts {
-    pub(crate) fn new(file: &TokenizerFile, force_regex: bool) -> Result<Self, String> {
+    pub(crate) fn new(file: &TokenizerFile, force_regex: bool) -> Result<Self, FastError> {
         let pattern = byte_level_split_pattern(file.pre_tokenizer.as_ref())?;
         let pretokenizer = if force_regex {
             PreTokenizer::regex(&pattern)?
@@ -83,7 +127,7 @@ impl FastParts {
 impl FastEncoder {
     /// Builds the encoder from a `tokenizer.json` and the `tokenizers` crate's view of the same
     /// file, or says why the tokenizer does not qualify.
-    pub fn new(json: &[u8], hf: &tokenizers::Tokenizer) -> Result<Self, String> {
+    pub fn new(json: &[u8], hf: &tokenizers::Tokenizer) -> Result<Self, FastError> {
         Self::assemble(Self::parts(json, false), hf)
     }
 
@@ -92,44 +136,39 @@ impl FastEncoder {
     pub fn with_regex_pretokenizer(
         json: &[u8],
         hf: &tokenizers::Tokenizer,
-    ) -> Result<Self, String> {
+    ) -> Result<Self, FastError> {
         Self::assemble(Self::parts(json, true), hf)
     }
 
-    fn parts(json: &[u8], force_regex: bool) -> Result<FastParts, String> {
+    fn parts(json: &[u8], force_regex: bool) -> Result<FastParts, FastError> {
         FastParts::new(&TokenizerFile::parse(json)?, force_regex)
     }
 
     /// Checks the `tokenizers` crate's view of the tokenizer (first, so that an unsupported model
     /// is named as such) and completes the encoder from `parts`.
     pub(crate) fn assemble(
-        parts: Result<FastParts, String>,
+        parts: Result<FastParts, FastError>,
         hf: &tokenizers::Tokenizer,
-    ) -> Result<Self, String> {
+    ) -> Result<Self, FastError> {
         if hf.get_truncation().is_some() || hf.get_padding().is_some() {
-            return Err("the tokenizer truncates or pads".into());
+            return Err(FastError::TruncatesOrPads);
         }
         let nfc = match hf.get_normalizer() {
             None => false,
             Some(NormalizerWrapper::NFC(_)) => true,
-            Some(other) => {
-                return Err(format!(
-                    "normalizer {} is not supported (only NFC or none)",
-                    variant_name(other)
-                ))
-            }
+            Some(other) => return Err(FastError::Normalizer(variant_name(other))),
         };
         let model = match hf.get_model() {
             ModelWrapper::BPE(model) => model,
-            ModelWrapper::WordPiece(_) => return Err("the model is WordPiece, not BPE".into()),
-            ModelWrapper::WordLevel(_) => return Err("the model is WordLevel, not BPE".into()),
-            ModelWrapper::Unigram(_) => return Err("the model is Unigram, not BPE".into()),
+            ModelWrapper::WordPiece(_) => return Err(FastError::NotBpe("WordPiece")),
+            ModelWrapper::WordLevel(_) => return Err(FastError::NotBpe("WordLevel")),
+            ModelWrapper::Unigram(_) => return Err(FastError::NotBpe("Unigram")),
         };
         if model.dropout.is_some_and(|d| d > 0.0) {
-            return Err("BPE dropout is on".into());
+            return Err(FastError::Dropout);
         }
         if model.continuing_subword_prefix.is_some() || model.end_of_word_suffix.is_some() {
-            return Err("BPE has a continuing-subword prefix or end-of-word suffix".into());
+            return Err(FastError::SubwordAffix);
         }
         let FastParts {
             pretokenizer,
@@ -141,9 +180,7 @@ impl FastEncoder {
         if vocab_size != tokenizers::Model::get_vocab_size(model)
             || ignore_merges != model.ignore_merges
         {
-            return Err(
-                "the model read from the file differs from the `tokenizers` crate's".into(),
-            );
+            return Err(FastError::ModelDiffers);
         }
 
         let mut tokens: Vec<(u32, tokenizers::AddedToken)> =
@@ -200,7 +237,7 @@ impl FastEncoder {
 }
 
 impl Encoder for FastEncoder {
-    fn encode(&self, text: &str) -> Result<Vec<u32>, String> {
+    fn encode(&self, text: &str) -> Result<Vec<u32>, EncodeError> {
         // Text averages about four bytes per token; reserving for three avoids most regrowth.
         let mut out = Vec::with_capacity(text.len() / 3 + 4);
         self.encode_into(text, &mut out);
@@ -214,20 +251,19 @@ pub fn self_check(
     fast: &dyn Encoder,
     reference: &dyn Encoder,
     added_tokens: &[String],
-) -> Result<usize, String> {
+) -> Result<usize, FastError> {
     let texts = probe_texts(added_tokens);
     for text in &texts {
         let want = reference.encode(text)?;
         let got = fast.encode(text)?;
         if got != want {
             let at = got.iter().zip(&want).take_while(|(a, b)| a == b).count();
-            let shown: String = text.chars().take(80).collect();
-            return Err(format!(
-                "ids differ from the `tokenizers` crate on probe text {shown:?} at token {at} \
-                 (fast {:?}, tokenizers {:?})",
-                got.get(at),
-                want.get(at)
-            ));
+            return Err(FastError::ProbeDiffers {
+                text: text.chars().take(80).collect(),
+                at,
+                fast: got.get(at).copied(),
+                reference: want.get(at).copied(),
+            });
         }
     }
     Ok(texts.len())
@@ -280,8 +316,8 @@ fn nfc_quick_yes(text: &str) -> bool {
 
 /// The `Split` regex of a `Sequence[Split(Regex, Isolated), ByteLevel(no prefix space, no
 /// regex)]` pre-tokenizer, the only shape accepted.
-fn byte_level_split_pattern(pre: Option<&serde_json::Value>) -> Result<String, String> {
-    let unsupported = |why: &str| Err(format!("pre-tokenizer not supported: {why}"));
+fn byte_level_split_pattern(pre: Option<&serde_json::Value>) -> Result<String, FastError> {
+    let unsupported = |why: &str| Err(FastError::PreTokenizer(why.to_owned()));
     let Some(pre) = pre else {
         return unsupported("none");
     };

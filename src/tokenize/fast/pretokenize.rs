@@ -7,7 +7,7 @@
 //! - the reference path, the pattern itself run by the regex engine the `tokenizers` crate uses
 //!   ([`SysRegex`]). It serves any other pattern and is the oracle the scanner is tested against.
 
-use super::classes::{CharClasses, Class};
+use super::classes::{CharClasses, Class, ClassesError};
 use tokenizers::utils::SysRegex;
 
 /// Splits text into pre-tokenizer pieces.
@@ -19,7 +19,7 @@ pub enum PreTokenizer {
 impl PreTokenizer {
     /// The scanner if it implements `pattern`, otherwise the regex (also if the scanner's
     /// character tables could not be built: the regex path is exact too, only slower).
-    pub fn new(pattern: &str) -> Result<Self, String> {
+    pub fn new(pattern: &str) -> Result<Self, super::FastError> {
         match Scanner::for_pattern(pattern) {
             Ok(Some(scanner)) => Ok(PreTokenizer::Scanner(scanner)),
             Ok(None) | Err(_) => Self::regex(pattern),
@@ -27,10 +27,10 @@ impl PreTokenizer {
     }
 
     /// The reference path: `pattern` run by the `tokenizers` crate's own regex engine.
-    pub fn regex(pattern: &str) -> Result<Self, String> {
+    pub fn regex(pattern: &str) -> Result<Self, super::FastError> {
         SysRegex::new(pattern)
             .map(PreTokenizer::Regex)
-            .map_err(|e| format!("the pre-tokenizer regex does not compile: {e}"))
+            .map_err(|e| super::FastError::Regex(e.to_string()))
     }
 
     pub fn is_scanner(&self) -> bool {
@@ -124,7 +124,7 @@ impl Scanner {
 
     /// A scanner for `pattern` if it is one of the family (compared as text, so a pattern that
     /// differs in any way goes to the regex path), `Ok(None)` otherwise.
-    pub fn for_pattern(pattern: &str) -> Result<Option<Scanner>, String> {
+    pub fn for_pattern(pattern: &str) -> Result<Option<Scanner>, ClassesError> {
         for marks_are_letters in [true, false] {
             for max_digits in [1, 3] {
                 if pattern == Self::pattern_text(marks_are_letters, max_digits) {
@@ -135,7 +135,7 @@ impl Scanner {
         Ok(None)
     }
 
-    pub fn new(marks_are_letters: bool, max_digits: u8) -> Result<Scanner, String> {
+    pub fn new(marks_are_letters: bool, max_digits: u8) -> Result<Scanner, ClassesError> {
         let classes = CharClasses::get()?;
         let mut scanner = Scanner {
             classes,
