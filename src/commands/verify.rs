@@ -263,15 +263,7 @@ pub fn check(out: &OutputDir) -> Result<()> {
     }
 
     let state = read_json(&member(dir, "state.json", "the file")?)?;
-    let listed: Vec<&str> = state["_data_files"]
-        .as_array()
-        .map(|files| {
-            files
-                .iter()
-                .filter_map(|f| f["filename"].as_str())
-                .collect()
-        })
-        .unwrap_or_default();
+    let listed = listed_files(&state);
     let shards: Vec<&str> = m.shards.iter().map(|s| s.file.as_str()).collect();
     if listed != shards {
         bail!(
@@ -365,15 +357,7 @@ fn check_validation_dataset(
     }
     let state_path = member(dir, &format!("{prefix}state.json"), "the file")?;
     let state = read_json(&state_path)?;
-    let listed: Vec<&str> = state["_data_files"]
-        .as_array()
-        .map(|files| {
-            files
-                .iter()
-                .filter_map(|f| f["filename"].as_str())
-                .collect()
-        })
-        .unwrap_or_default();
+    let listed = listed_files(&state);
     let names: Vec<&str> = validation
         .iter()
         .map(|s| s.file.strip_prefix(&prefix).unwrap_or(&s.file))
@@ -525,17 +509,7 @@ fn recorded_build_id(out: &OutputDir) -> Result<String> {
     let yaml = fs::read(&copy).with_context(|| format!("cannot read `{}`", copy.display()))?;
     let pipeline = identity::pipeline_value(&yaml)
         .with_context(|| format!("`{}` is not YAML", copy.display()))?;
-    let inputs: Vec<IdentityInput> = m
-        .inputs
-        .files
-        .iter()
-        .map(|f| IdentityInput {
-            kind: f.kind,
-            name: f.source.clone(),
-            path: f.path.clone(),
-            sha256: f.sha256.clone(),
-        })
-        .collect();
+    let inputs: Vec<IdentityInput> = m.inputs.files.iter().map(IdentityInput::from).collect();
     Ok(Identity {
         tool_name: &m.tool.name,
         tool_version: &m.tool.version,
@@ -714,6 +688,19 @@ fn read_full(reader: &mut impl Read, buf: &mut [u8]) -> std::io::Result<usize> {
         }
     }
     Ok(filled)
+}
+
+/// The file names a `state.json` lists (`_data_files[].filename`).
+fn listed_files(state: &Value) -> Vec<&str> {
+    state["_data_files"]
+        .as_array()
+        .map(|files| {
+            files
+                .iter()
+                .filter_map(|f| f["filename"].as_str())
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 #[cfg(test)]

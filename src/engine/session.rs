@@ -973,15 +973,7 @@ fn summarize(dir: &Path, names: &[&str]) -> Result<Vec<FileSummary>> {
 pub fn build_id(plan: &Plan, files: &[InputFile]) -> Result<String> {
     let pipeline = identity::pipeline_value(&plan.pipeline_yaml)
         .with_context(|| format!("failed to read `{}`", plan.path.display()))?;
-    let inputs: Vec<IdentityInput> = files
-        .iter()
-        .map(|f| IdentityInput {
-            kind: f.kind,
-            name: f.source.clone(),
-            path: f.path.clone(),
-            sha256: f.sha256.clone(),
-        })
-        .collect();
+    let inputs: Vec<IdentityInput> = files.iter().map(IdentityInput::from).collect();
     let tool = Tool::current();
     Ok(Identity {
         tool_name: &tool.name,

@@ -50,6 +50,17 @@ pub struct IdentityInput {
     pub sha256: String,
 }
 
+impl From<&super::manifest::InputFile> for IdentityInput {
+    fn from(f: &super::manifest::InputFile) -> Self {
+        IdentityInput {
+            kind: f.kind,
+            name: f.source.clone(),
+            path: f.path.clone(),
+            sha256: f.sha256.clone(),
+        }
+    }
+}
+
 /// Everything [`build_id`] hashes.
 #[derive(Debug, Clone)]
 pub struct Identity<'a> {

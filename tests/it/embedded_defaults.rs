@@ -185,20 +185,7 @@ fn the_readme_first_pipeline_builds_as_written() {
     );
     // Saved as `first.yaml` in the repository: the same relative paths from a copy of it.
     let dir = tempfile::tempdir().expect("tempdir");
-    let demo = dir.path().join("tests/fixtures/demo");
-    std::fs::create_dir_all(&demo).expect("mkdir");
-    for f in [
-        "chat.jsonl",
-        "tools.json",
-        "alpaca.parquet",
-        "curation.jsonl",
-    ] {
-        std::fs::copy(
-            Path::new(ROOT).join("tests/fixtures/demo").join(f),
-            demo.join(f),
-        )
-        .expect("copy");
-    }
+    common::copy_demo_inputs(&dir.path().join("tests/fixtures/demo"));
     let pipeline = dir.path().join("first.yaml");
     std::fs::write(&pipeline, yaml).expect("write");
     ok(&["check"], &pipeline);

@@ -63,18 +63,7 @@ fn ids(out: &Path, m: &Value, side: &str) -> Vec<String> {
         if file.starts_with("validation/") != (side == "validation/") {
             continue;
         }
-        let f = std::fs::File::open(out.join(file)).expect("shard");
-        for batch in arrow_ipc::reader::StreamReader::try_new(f, None).expect("stream") {
-            let batch = batch.expect("batch");
-            let col = batch
-                .column_by_name("sample_id")
-                .expect("sample_id")
-                .as_any()
-                .downcast_ref::<arrow_array::StringArray>()
-                .expect("strings")
-                .clone();
-            ids.extend(col.iter().flatten().map(str::to_owned));
-        }
+        ids.extend(common::sample_ids(&out.join(file)));
     }
     ids
 }

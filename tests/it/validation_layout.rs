@@ -48,20 +48,9 @@ fn listed(state: &Path) -> Vec<String> {
 fn shard_rows(out: &Path, files: &[String]) -> (u64, BTreeSet<String>) {
     let (mut rows, mut conversations) = (0, BTreeSet::new());
     for f in files {
-        let file = std::fs::File::open(out.join(f)).expect("shard");
-        for batch in arrow_ipc::reader::StreamReader::try_new(file, None).expect("stream") {
-            let batch = batch.expect("batch");
-            let ids = batch
-                .column_by_name("sample_id")
-                .expect("sample_id")
-                .as_any()
-                .downcast_ref::<arrow_array::StringArray>()
-                .expect("strings")
-                .clone();
-            for id in ids.iter().flatten() {
-                rows += 1;
-                conversations.insert(id.rsplit_once(':').expect("id").0.to_owned());
-            }
+        for id in common::sample_ids(&out.join(f)) {
+            rows += 1;
+            conversations.insert(id.rsplit_once(':').expect("id").0.to_owned());
         }
     }
     (rows, conversations)

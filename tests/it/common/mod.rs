@@ -29,11 +29,9 @@ pub fn stderr(out: &Output) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
-/// The demo pipeline (every curation step, a weighted mix) with its own copy of the inputs,
-/// writing `out` in `dir`; `mix` replaces its `mix:` line.
-pub fn project(dir: &Path, mix: &str) -> PathBuf {
-    let data = dir.join("data");
-    std::fs::create_dir_all(&data).expect("mkdir");
+/// Copies the demo's input files into `data` (created if need be).
+pub fn copy_demo_inputs(data: &Path) {
+    std::fs::create_dir_all(data).expect("mkdir");
     for f in [
         "chat.jsonl",
         "tools.json",
@@ -46,6 +44,26 @@ pub fn project(dir: &Path, mix: &str) -> PathBuf {
         )
         .expect("copy");
     }
+}
+
+/// The `sample_id` column of a shard, row by row.
+pub fn sample_ids(shard: &Path) -> Vec<String> {
+    let file = std::fs::File::open(shard).expect("shard");
+    let mut ids = Vec::new();
+    for batch in arrow_ipc::reader::StreamReader::try_new(file, None).expect("stream") {
+        let batch = batch.expect("batch");
+        let names = batch.column_by_name("sample_id").expect("sample_id");
+        let names = names.as_any().downcast_ref::<StringArray>().expect("utf8");
+        ids.extend(names.iter().flatten().map(str::to_owned));
+    }
+    ids
+}
+
+/// The demo pipeline (every curation step, a weighted mix) with its own copy of the inputs,
+/// writing `out` in `dir`; `mix` replaces its `mix:` line.
+pub fn project(dir: &Path, mix: &str) -> PathBuf {
+    let data = dir.join("data");
+    copy_demo_inputs(&data);
     let yaml = std::fs::read_to_string(Path::new(ROOT).join("pipelines/demo.yaml"))
         .expect("demo pipeline")
         .replace("../tests/fixtures/demo/", "data/")
