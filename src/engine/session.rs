@@ -7,6 +7,7 @@ use crate::engine::journal::{InputStamp, Journal, ResumeKey};
 use crate::engine::progress::BuildProgress;
 use crate::engine::row_path::RowProcessor;
 use crate::engine::{self, Sinks};
+use crate::model::digest::{hash_file_checked, Checks};
 use crate::plan::config::{LengthPolicy, RenderPolicy};
 use crate::plan::{self, HubAccess, Plan};
 use crate::printer::Printer;
@@ -124,7 +125,11 @@ fn build(
             let files = pool.install(|| hash_inputs(&input_paths(plan)))?;
             *hashed_now.borrow_mut() = Some(files);
         }
-        resume_key(plan, hashed_now.borrow().as_deref())
+        let hashed = hashed_now.borrow();
+        let files: Option<Vec<InputFile>> = hashed
+            .as_ref()
+            .map(|h| h.iter().map(|(f, _)| f.clone()).collect());
+        resume_key(plan, files.as_deref())
     };
     let parts = match &args.merge {
         Some((dir, count)) => {
@@ -146,7 +151,10 @@ fn build(
     };
     let output = engine::output::Output::prepare(out, &placement(plan), resume)?;
     let hashes = match hashed_now.into_inner() {
-        Some(files) => InputHashes::known(resume_key(plan, Some(&files))?, files),
+        Some(hashed) => {
+            let files: Vec<InputFile> = hashed.iter().map(|(f, _)| f.clone()).collect();
+            InputHashes::known(resume_key(plan, Some(&files))?, hashed)
+        }
         None => InputHashes::spawn(plan)?,
     };
     let staging = output.staging().to_owned();
@@ -234,6 +242,11 @@ fn build(
     }
     // Part of the dataset (synced when it is finished), unlike the spill.
     conversations.early_writeback();
+    // Hashed as it is written: the manifest's digest of the output's copy when it is the
+    // same bytes (a hard link: no conversation left out).
+    let (follower, publish) = write::follow::Follower::start(&path)
+        .with_context(|| format!("failed to read `{}`", path.display()))?;
+    conversations.publish_to(publish);
     // stats.json: rows are counted as the shards are written, conversations (turns and tool
     // calls) from the settled selection.
     let mut row_stats = DatasetStats::new(
@@ -266,6 +279,7 @@ fn build(
     let settled = run.settled;
     let run_regenerate = run.regenerate;
     let input_files = hashes.wait().map_err(anyhow::Error::msg)?.clone();
+    let input_checks = hashes.checks();
     journal.write_key()?;
     // Written in the working directory (a resumed build goes on from it), copied into the
     // output without the conversations that were not selected.
@@ -328,17 +342,30 @@ fn build(
     let cancel = AtomicBool::new(false);
     let (shards, side_files) = std::thread::scope(|scope| {
         let named = |name: &str| std::thread::Builder::new().name(name.to_owned());
+        let followed = settled.excluded_lines.is_empty();
+        let (staged, copied) = (&staging, &final_conversations);
         let side = named("side-hash")
-            .spawn_scoped(scope, || {
-                summarize(
-                    &staging,
-                    &["conversations.jsonl", "rejects.jsonl", "filtered.jsonl"],
-                )
+            .spawn_scoped(scope, move || {
+                let mut files = summarize(staged, &["rejects.jsonl", "filtered.jsonl"])?;
+                let conversations = match follower.finish() {
+                    Ok((bytes, sha256))
+                        if followed && fs::metadata(copied).is_ok_and(|m| m.len() == bytes) =>
+                    {
+                        FileSummary {
+                            file: "conversations.jsonl".to_owned(),
+                            bytes,
+                            sha256,
+                        }
+                    }
+                    _ => summarize(staged, &["conversations.jsonl"])?.remove(0),
+                };
+                files.insert(0, conversations);
+                Ok::<_, anyhow::Error>(files)
             })
             .expect("failed to spawn thread");
         let reread = named("input-reread")
             .spawn_scoped(scope, || {
-                inputs_unchanged(plan, &input_files, &cancel, timings)
+                inputs_unchanged(plan, &input_files, input_checks, &cancel, timings)
             })
             .expect("failed to spawn thread");
         let layout = write::ShardLayout {
@@ -699,29 +726,36 @@ fn input_paths(plan: &Plan) -> Vec<(InputKind, &str, &Path, &str)> {
 
 /// Size and SHA-256 of every input file, for the manifest, hashed in parallel over the files
 /// (on the current rayon pool).
-fn hash_inputs(paths: &[(InputKind, &str, &Path, &str)]) -> Result<Vec<InputFile>> {
+/// Each input's size and SHA-256 (for the manifest and a resume), and the fast digests that
+/// the check after the build compares.
+fn hash_inputs(paths: &[(InputKind, &str, &Path, &str)]) -> Result<Vec<(InputFile, Checks)>> {
     use rayon::prelude::*;
     paths
         .par_iter()
         .map(|&(kind, source, path, shown)| {
-            let (bytes, sha256) = identity::hash_file(path)
+            let (bytes, sha256, checks) = hash_file_checked(path, &mut || Ok(()))
                 .with_context(|| format!("failed to read `{}`", path.display()))?;
-            Ok(InputFile {
+            let file = InputFile {
                 kind,
                 source: source.to_owned(),
                 path: shown.to_owned(),
                 bytes,
                 sha256,
-            })
+            };
+            Ok((file, checks))
         })
         .collect()
 }
 
 /// Threads that hash the inputs beside a build: a few, since one large file is hashed by
-/// one thread anyway, and the build's own pool has the cores.
+/// one thread anyway (its check after the build by a few), and the build's own pool has the
+/// cores.
 const HASHING_THREADS: usize = 4;
 
-type Hashing = std::thread::JoinHandle<Result<Vec<InputFile>, String>>;
+type Hashed = Result<Vec<(InputFile, Checks)>, String>;
+/// The inputs' records for the manifest, and their fast digests in the same order.
+type HashedInputs = (Vec<InputFile>, Vec<Checks>);
+type Hashing = std::thread::JoinHandle<Hashed>;
 
 /// The inputs' hashes and the build's resume key: known before the build, or being taken on
 /// threads of their own beside it (then the journal writes its key once they are ready).
@@ -729,17 +763,17 @@ struct InputHashes {
     /// The key with each input's size and modification time, without hashes.
     base: ResumeKey,
     thread: std::sync::Mutex<Option<Hashing>>,
-    done: std::sync::OnceLock<Result<Vec<InputFile>, String>>,
+    done: std::sync::OnceLock<Result<HashedInputs, String>>,
     /// The whole key, once hashed.
     key: std::sync::OnceLock<ResumeKey>,
 }
 
 impl InputHashes {
-    fn known(key: ResumeKey, files: Vec<InputFile>) -> Arc<InputHashes> {
+    fn known(key: ResumeKey, hashed: Vec<(InputFile, Checks)>) -> Arc<InputHashes> {
         Arc::new(InputHashes {
             base: key.clone(),
             thread: std::sync::Mutex::new(None),
-            done: std::sync::OnceLock::from(Ok(files)),
+            done: std::sync::OnceLock::from(Ok(hashed.into_iter().unzip())),
             key: std::sync::OnceLock::from(key),
         })
     }
@@ -783,12 +817,20 @@ impl InputHashes {
         let done = self.done.get_or_init(|| {
             let thread = self.thread.lock().unwrap_or_else(|e| e.into_inner()).take();
             match thread.map(std::thread::JoinHandle::join) {
-                Some(Ok(result)) => result,
+                Some(Ok(result)) => result.map(|hashed| hashed.into_iter().unzip()),
                 Some(Err(_)) => Err("internal error: the input hashing thread failed".to_owned()),
                 None => Err("internal error: the inputs were never hashed".to_owned()),
             }
         });
-        done.as_ref().map_err(Clone::clone)
+        done.as_ref().map(|(files, _)| files).map_err(Clone::clone)
+    }
+
+    /// The inputs' fast digests, once hashed.
+    fn checks(&self) -> Option<&[Checks]> {
+        match self.done.get() {
+            Some(Ok((_, checks))) => Some(checks),
+            _ => None,
+        }
     }
 }
 
@@ -823,18 +865,30 @@ impl engine::journal::KeySource for InputHashes {
 fn inputs_unchanged(
     plan: &Plan,
     before: &[InputFile],
+    checks: Option<&[Checks]>,
     cancel: &AtomicBool,
     timings: &Timings,
 ) -> Result<()> {
-    for ((_, _, path, shown), then) in input_paths(plan).into_iter().zip(before) {
-        let (bytes, sha256) = identity::hash_file_with(path, &mut || {
-            timings.hashing_progress();
-            if cancel.load(Ordering::Relaxed) {
-                return Err(std::io::Error::other("cancelled"));
+    let go_on = || {
+        timings.hashing_progress();
+        if cancel.load(Ordering::Relaxed) {
+            return Err(std::io::Error::other("cancelled"));
+        }
+        Ok(())
+    };
+    for (i, ((_, _, path, shown), then)) in input_paths(plan).into_iter().zip(before).enumerate() {
+        // The fast digests settle it, on a few threads; only a difference is read again with
+        // SHA-256, for the message.
+        if let Some(checks) = checks.and_then(|c| c.get(i)) {
+            let same = checks
+                .same(path, HASHING_THREADS, &go_on)
+                .with_context(|| format!("failed to read `{}`", path.display()))?;
+            if same {
+                continue;
             }
-            Ok(())
-        })
-        .with_context(|| format!("failed to read `{}`", path.display()))?;
+        }
+        let (bytes, sha256) = identity::hash_file_with(path, &mut go_on.clone())
+            .with_context(|| format!("failed to read `{}`", path.display()))?;
         if bytes != then.bytes || sha256 != then.sha256 {
             bail!(
                 "input `{shown}` changed while the build read it ({} bytes with SHA-256 {} before, \

@@ -47,10 +47,43 @@ pub fn hash_file_with(
     path: &std::path::Path,
     chunk: &mut dyn FnMut() -> std::io::Result<()>,
 ) -> std::io::Result<(u64, String)> {
+    hash_file_checked(path, chunk).map(|(bytes, sha256, _)| (bytes, sha256))
+}
+
+/// Bytes of a file per [`Checks`] digest.
+pub const CHECK_CHUNK: u64 = 64 << 20;
+
+/// Fast digests (64-bit xxh3) of a file's consecutive [`CHECK_CHUNK`]-byte chunks: enough to
+/// tell that a file read twice did not change in between (an edit, not an attack, is the
+/// risk), checked on several threads at memory speed rather than SHA-256's ~1.5 GB/s.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Checks {
+    pub bytes: u64,
+    /// Bytes per chunk ([`CHECK_CHUNK`] but in tests).
+    chunk: u64,
+    chunks: Vec<u64>,
+}
+
+/// [`hash_file_with`], also taking the file's [`Checks`] in the same read.
+pub fn hash_file_checked(
+    path: &std::path::Path,
+    chunk: &mut dyn FnMut() -> std::io::Result<()>,
+) -> std::io::Result<(u64, String, Checks)> {
+    hash_in_chunks(path, CHECK_CHUNK, chunk)
+}
+
+fn hash_in_chunks(
+    path: &std::path::Path,
+    size: u64,
+    chunk: &mut dyn FnMut() -> std::io::Result<()>,
+) -> std::io::Result<(u64, String, Checks)> {
     use sha2::{Digest, Sha256};
     use std::io::Read;
+    use xxhash_rust::xxh3::Xxh3;
     let mut file = std::fs::File::open(path)?;
     let mut hasher = Sha256::new();
+    let mut check = Xxh3::new();
+    let mut chunks = Vec::new();
     let mut buf = vec![0u8; 1 << 20];
     let mut bytes = 0u64;
     loop {
@@ -60,9 +93,123 @@ pub fn hash_file_with(
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
             Err(e) => return Err(e),
         };
-        hasher.update(&buf[..n]);
-        bytes += n as u64;
+        let mut rest = &buf[..n];
+        hasher.update(rest);
+        // The reads need not line up with the chunks.
+        while !rest.is_empty() {
+            let room = (size - bytes % size) as usize;
+            let (this, next) = rest.split_at(room.min(rest.len()));
+            check.update(this);
+            bytes += this.len() as u64;
+            if bytes.is_multiple_of(size) {
+                chunks.push(check.digest());
+                check.reset();
+            }
+            rest = next;
+        }
         chunk()?;
     }
-    Ok((bytes, hex::encode(hasher.finalize())))
+    if !bytes.is_multiple_of(size) {
+        chunks.push(check.digest());
+    }
+    let checks = Checks {
+        bytes,
+        chunk: size,
+        chunks,
+    };
+    Ok((bytes, hex::encode(hasher.finalize()), checks))
+}
+
+impl Checks {
+    /// Whether the file at `path` still has these bytes, reading its chunks on up to
+    /// `threads` threads and stopping at the first difference. `chunk` runs after each chunk
+    /// read (on the reading thread): its error (a cancelled build) stops the check.
+    pub fn same(
+        &self,
+        path: &std::path::Path,
+        threads: usize,
+        chunk: &(dyn Fn() -> std::io::Result<()> + Sync),
+    ) -> std::io::Result<bool> {
+        use std::os::unix::fs::FileExt;
+        use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+        let file = std::fs::File::open(path)?;
+        if file.metadata()?.len() != self.bytes {
+            return Ok(false);
+        }
+        let next = AtomicUsize::new(0);
+        let differs = AtomicBool::new(false);
+        let read_chunk = |index: usize, buf: &mut Vec<u8>| -> std::io::Result<bool> {
+            let start = index as u64 * self.chunk;
+            let len = self.chunk.min(self.bytes - start) as usize;
+            buf.resize(len, 0);
+            file.read_exact_at(buf, start)?;
+            Ok(xxhash_rust::xxh3::xxh3_64(buf) == self.chunks[index])
+        };
+        let work = || -> std::io::Result<()> {
+            let mut buf = Vec::new();
+            loop {
+                let index = next.fetch_add(1, Ordering::Relaxed);
+                if index >= self.chunks.len() || differs.load(Ordering::Relaxed) {
+                    return Ok(());
+                }
+                match read_chunk(index, &mut buf) {
+                    Ok(true) => chunk()?,
+                    // Grown or cut short meanwhile counts as changed.
+                    Ok(false) => differs.store(true, Ordering::Relaxed),
+                    Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
+                        differs.store(true, Ordering::Relaxed)
+                    }
+                    Err(e) => return Err(e),
+                }
+            }
+        };
+        let threads = threads.clamp(1, self.chunks.len().max(1));
+        std::thread::scope(|scope| {
+            let handles: Vec<_> = (0..threads).map(|_| scope.spawn(work)).collect();
+            handles
+                .into_iter()
+                .map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
+                .collect::<std::io::Result<Vec<()>>>()
+        })?;
+        Ok(!differs.load(Ordering::Relaxed) && file.metadata()?.len() == self.bytes)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn checks_tell_a_changed_byte_in_any_chunk_and_agree_with_the_sha256() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f");
+        // Two whole chunks and a partial one, and reads (1 MiB) that cross chunk boundaries.
+        let size = 1_000_000;
+        let len = 2 * size as usize + 12_345;
+        let bytes: Vec<u8> = (0..len).map(|i| (i * 7 % 251) as u8).collect();
+        std::fs::write(&path, &bytes).unwrap();
+        let (n, sha, checks) = hash_in_chunks(&path, size, &mut || Ok(())).unwrap();
+        assert_eq!((n, sha.as_str()), (len as u64, sha256_hex(&bytes).as_str()));
+        assert_eq!(checks.chunks.len(), 3);
+        let ok = || Ok(());
+        assert!(checks.same(&path, 4, &ok).unwrap());
+        for at in [0, size as usize + 1, len - 1] {
+            let mut changed = bytes.clone();
+            changed[at] ^= 1;
+            std::fs::write(&path, &changed).unwrap();
+            assert!(!checks.same(&path, 4, &ok).unwrap(), "byte {at}");
+        }
+        std::fs::write(&path, &bytes[..len - 1]).unwrap();
+        assert!(!checks.same(&path, 2, &ok).unwrap());
+        let mut longer = bytes.clone();
+        longer.push(0);
+        std::fs::write(&path, &longer).unwrap();
+        assert!(!checks.same(&path, 1, &ok).unwrap());
+        std::fs::write(&path, &bytes).unwrap();
+        let stop = || Err(std::io::Error::other("cancelled"));
+        assert_eq!(
+            checks.same(&path, 2, &stop).unwrap_err().to_string(),
+            "cancelled"
+        );
+    }
 }

@@ -43,7 +43,7 @@ const PHASES: usize = 3;
 pub struct Timings {
     /// Nanoseconds of CPU per [`PoolStage`], summed over the workers.
     pool: [AtomicU64; POOL_STAGES],
-    /// Nanoseconds of CPU the input hashing thread has used so far.
+    /// Nanoseconds of CPU the threads checking the inputs have used so far.
     hashing: AtomicU64,
     /// Process and hashing CPU at the end of each [`Phase`], once passed.
     marks: std::sync::Mutex<Vec<Mark>>,
@@ -69,10 +69,15 @@ impl Timings {
         value
     }
 
-    /// Called by the input hashing thread as it goes: its CPU time so far.
+    /// Called by the threads that check the inputs as they go: adds the CPU time this thread
+    /// used since its previous call (or since it started) to the hashing.
     pub fn hashing_progress(&self) {
+        thread_local!(static SEEN: std::cell::Cell<u64> = const { std::cell::Cell::new(0) });
         if let Some(cpu) = thread_cpu() {
-            self.hashing.store(nanos(cpu), Ordering::Relaxed);
+            let now = nanos(cpu);
+            let before = SEEN.with(|seen| seen.replace(now));
+            self.hashing
+                .fetch_add(now.saturating_sub(before), Ordering::Relaxed);
         }
     }
 
@@ -176,7 +181,7 @@ impl Report {
                     "serialize: record line, ids, keys",
                     stage(PoolStage::Serialize),
                 ),
-                ("hash the inputs (SHA-256)", hashing),
+                ("check the inputs again", hashing),
                 ("shards, manifest", phase[Phase::Shards as usize]),
             ],
             encode: stage(PoolStage::Encode),
@@ -300,7 +305,7 @@ mod tests {
                 ("mask, mask check, length rules", 900),
                 ("spot checks (minijinja, tokenizers)", 100),
                 ("serialize: record line, ids, keys", 600),
-                ("hash the inputs (SHA-256)", 1300),
+                ("check the inputs again", 1300),
                 ("shards, manifest", 1300),
             ]
         );

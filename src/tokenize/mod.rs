@@ -194,6 +194,9 @@ impl Tokenizer {
         // built on this thread meanwhile.
         let (hf, own) = std::thread::scope(|scope| {
             let hf = scope.spawn(|| hf_load::load(json));
+            if backend != Backend::Hf {
+                scope.spawn(fast::FastParts::warm_up);
+            }
             let own = if backend == Backend::Hf {
                 file::VocabFile::parse(json).map(|file| (TokenBytes::from_file(&file), None))
             } else {

@@ -57,6 +57,9 @@ pub struct OutputFile {
     /// With [`OutputFile::early_writeback`]: the end of the bytes already handed to the
     /// device's writeback.
     writeback_from: Option<u64>,
+    /// Told the length of the bytes that will not change any more, for a digest taken
+    /// meanwhile ([`super::follow`]).
+    publish: Option<super::follow::Publish>,
 }
 
 impl OutputFile {
@@ -131,6 +134,7 @@ impl OutputFile {
             high: written,
             unsynced: false,
             writeback_from: None,
+            publish: None,
         };
         if !direct {
             out.buffered()?;
@@ -155,6 +159,13 @@ impl OutputFile {
         if early_writeback_on() {
             self.writeback_from = Some(self.written);
         }
+    }
+
+    /// Tells `publish` how much of the file is final as it is written (all bytes before
+    /// `written`: a sync point's staged tail is rewritten later, and stays after it).
+    pub fn publish_to(&mut self, publish: super::follow::Publish) {
+        publish.set(self.written);
+        self.publish = Some(publish);
     }
 
     /// Whether whole blocks still bypass the page cache.
@@ -241,6 +252,9 @@ impl OutputFile {
                 Ok(()) => {
                     self.written += self.len as u64;
                     self.len = 0;
+                    if let Some(publish) = &self.publish {
+                        publish.set(self.written);
+                    }
                     return Ok(());
                 }
                 // A refused or partial direct write: the file is buffered from here on, and
@@ -256,6 +270,9 @@ impl OutputFile {
         self.file.write_all(&self.buffer[staged])?;
         self.written += self.len as u64;
         self.len = 0;
+        if let Some(publish) = &self.publish {
+            publish.set(self.written);
+        }
         if let Some(from) = self.writeback_from {
             if self.written - from >= WRITEBACK_BYTES {
                 start_writeback(&self.file, from, self.written - from);

@@ -7,6 +7,7 @@
 mod dataset;
 pub mod derived;
 mod direct;
+pub mod follow;
 pub mod identity;
 pub mod manifest;
 pub mod read_back;

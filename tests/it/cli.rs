@@ -707,7 +707,7 @@ fn timings_are_printed_even_when_quiet_add_up_and_change_no_byte_of_output() {
                 "mask, mask check, length rules",
                 "spot checks (minijinja, tokenizers)",
                 "serialize: record line, ids, keys",
-                "hash the inputs (SHA-256)",
+                "check the inputs again",
                 "shards, manifest",
             ]
         );

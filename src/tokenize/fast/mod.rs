@@ -102,6 +102,13 @@ pub(crate) struct FastParts {
 }
 
 impl FastParts {
+    /// Builds the pre-tokenizer's character tables now (the longest step of building the
+    /// parts, ~0.2 s), so that a thread can do it while the file is being parsed.
+    pub(crate) fn warm_up() {
+        // An error is met again, and reported, where the tables are used.
+        let _ = classes::CharClasses::get();
+    }
+
     pub(crate) fn new(file: &TokenizerFile, force_regex: bool) -> Result<Self, FastError> {
         let pattern = byte_level_split_pattern(file.pre_tokenizer.as_ref())?;
         let pretokenizer = if force_regex {
