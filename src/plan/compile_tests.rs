@@ -177,3 +177,75 @@ fn an_empty_source_list_is_refused() {
         )]
     );
 }
+
+/// The errors of a pipeline that compile must refuse.
+fn refused(name: &str, yaml: &str) -> (PathBuf, Vec<String>) {
+    let path = pipeline(name, yaml);
+    match compile(&path, HubAccess::Auto) {
+        Err(PlanError::Invalid(_, errors)) => (path, errors),
+        other => panic!(
+            "not refused as invalid: {:?}",
+            other.err().map(|e| e.to_string())
+        ),
+    }
+}
+
+#[test]
+fn flow_style_sources_are_located_at_their_items() {
+    let (path, errors) = refused(
+        "flow",
+        &format!(
+            "{HEAD}sources: [{{name: chat, files: ['{{ROOT}}/tests/fixtures/demo/chat.jsonl'], format: openai, min_keep: 2}},
+  {{name: chat, files: ['{{ROOT}}/tests/fixtures/demo/chat.jsonl'], format: openai, weight: 2}}]
+"
+        ),
+    );
+    let at = |line: usize, message: &str| format!("{}:{line}: {message}", path.display());
+    assert_eq!(
+        errors,
+        [
+            at(5, "sources[0] (`chat`): `min_keep` must be a share between 0 and 1, not 2"),
+            at(6, "sources[1]: the name `chat` is used twice"),
+            at(6, "sources[1] (`chat`): `weight` needs a pipeline-level `mix` (e.g. `mix: {target: rows, total: 100000}`)"),
+        ]
+    );
+}
+
+#[test]
+fn filter_errors_are_located_at_their_own_filters_key() {
+    let (path, errors) = refused(
+        "filters",
+        &format!(
+            "{HEAD}sources:
+  - {{name: a, files: ['{{ROOT}}/tests/fixtures/demo/chat.jsonl'], format: openai}}
+  - name: b
+    files: ['{{ROOT}}/tests/fixtures/demo/chat.jsonl']
+    format: openai
+  - name: c
+    files: ['{{ROOT}}/tests/fixtures/demo/chat.jsonl']
+    format: openai
+    filters:
+      - turns: {{min: 2}}
+      - regex: {{name: bad, exclude: ['(unclosed']}}
+near_dup: {{sources: [a, nobody]}}
+filters:
+  - regex: {{name: global_bad, include: ['[']}}
+"
+        ),
+    );
+    let shown = path.display();
+    let expected = [
+        format!("{shown}:17: filters: filter `global_bad` (regex): pattern `[`: "),
+        format!(
+            "{shown}:13: sources[2] (`c`): filters: filter `bad` (regex): pattern `(unclosed`: "
+        ),
+        format!("{shown}:16: near_dup.sources: `nobody` is not the name of a source"),
+    ];
+    assert_eq!(errors.len(), expected.len(), "{errors:#?}");
+    for (error, prefix) in errors.iter().zip(&expected) {
+        assert!(
+            error.starts_with(prefix.as_str()),
+            "{error}\nnot at {prefix}"
+        );
+    }
+}
