@@ -103,6 +103,21 @@ fn the_demo_compiles_to_its_plan() {
     );
 }
 
+/// The errors of a pipeline that compile must refuse.
+fn refused(name: &str, yaml: &str) -> (PathBuf, Vec<String>) {
+    let path = pipeline(name, yaml);
+    match compile(&path, HubAccess::Auto) {
+        Err(PlanError::Invalid(at, errors)) => {
+            assert_eq!(at, path);
+            (path, errors)
+        }
+        other => panic!(
+            "not refused as invalid: {:?}",
+            other.err().map(|e| e.to_string())
+        ),
+    }
+}
+
 #[test]
 fn every_mistake_is_reported_at_once_with_its_source() {
     let yaml = "name: t
@@ -114,14 +129,7 @@ sources:
   - {name: chat, files: ['{ROOT}/tests/fixtures/demo/chat.jsonl'], format: openai}
   - {name: 'a:b', files: ['{ROOT}/tests/fixtures/demo/chat.jsonl'], format: openai, min_keep: 2}
 ";
-    let path = pipeline("mistakes", yaml);
-    let Err(PlanError::Invalid(at, errors)) = compile(&path, HubAccess::Auto) else {
-        panic!(
-            "not refused as invalid: {:?}",
-            compile(&path, HubAccess::Auto).err().map(|e| e.to_string())
-        );
-    };
-    assert_eq!(at, path);
+    let (path, errors) = refused("mistakes", yaml);
     // Each at the line of the setting it is about.
     let at = |line: usize, message: &str| format!("{}:{line}: {message}", path.display());
     assert_eq!(
@@ -142,13 +150,7 @@ fn a_template_that_is_not_the_pinned_one_is_refused() {
         + "sources:
   - {name: chat, files: ['{ROOT}/tests/fixtures/demo/chat.jsonl'], format: openai}
 ";
-    let path = pipeline("pinned", &yaml);
-    let Err(PlanError::Invalid(_, errors)) = compile(&path, HubAccess::Auto) else {
-        panic!(
-            "not refused: {:?}",
-            compile(&path, HubAccess::Auto).err().map(|e| e.to_string())
-        );
-    };
+    let (path, errors) = refused("pinned", &yaml);
     assert_eq!(
         errors,
         [format!(
@@ -162,13 +164,7 @@ fn a_template_that_is_not_the_pinned_one_is_refused() {
 
 #[test]
 fn an_empty_source_list_is_refused() {
-    let path = pipeline("empty", &format!("{HEAD}sources: []\n"));
-    let Err(PlanError::Invalid(_, errors)) = compile(&path, HubAccess::Auto) else {
-        panic!(
-            "not refused: {:?}",
-            compile(&path, HubAccess::Auto).err().map(|e| e.to_string())
-        );
-    };
+    let (path, errors) = refused("empty", &format!("{HEAD}sources: []\n"));
     assert_eq!(
         errors,
         [format!(
@@ -176,18 +172,6 @@ fn an_empty_source_list_is_refused() {
             path.display()
         )]
     );
-}
-
-/// The errors of a pipeline that compile must refuse.
-fn refused(name: &str, yaml: &str) -> (PathBuf, Vec<String>) {
-    let path = pipeline(name, yaml);
-    match compile(&path, HubAccess::Auto) {
-        Err(PlanError::Invalid(_, errors)) => (path, errors),
-        other => panic!(
-            "not refused as invalid: {:?}",
-            other.err().map(|e| e.to_string())
-        ),
-    }
 }
 
 #[test]
