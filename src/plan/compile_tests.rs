@@ -103,6 +103,21 @@ fn the_demo_compiles_to_its_plan() {
     );
 }
 
+/// The errors of a pipeline that compile must refuse.
+fn refused(name: &str, yaml: &str) -> (PathBuf, Vec<String>) {
+    let path = pipeline(name, yaml);
+    match compile(&path, HubAccess::Auto) {
+        Err(PlanError::Invalid(at, errors)) => {
+            assert_eq!(at, path);
+            (path, errors)
+        }
+        other => panic!(
+            "not refused as invalid: {:?}",
+            other.err().map(|e| e.to_string())
+        ),
+    }
+}
+
 #[test]
 fn every_mistake_is_reported_at_once_with_its_source() {
     let yaml = "name: t
@@ -114,14 +129,7 @@ sources:
   - {name: chat, files: ['{ROOT}/tests/fixtures/demo/chat.jsonl'], format: openai}
   - {name: 'a:b', files: ['{ROOT}/tests/fixtures/demo/chat.jsonl'], format: openai, min_keep: 2}
 ";
-    let path = pipeline("mistakes", yaml);
-    let Err(PlanError::Invalid(at, errors)) = compile(&path, HubAccess::Auto) else {
-        panic!(
-            "not refused as invalid: {:?}",
-            compile(&path, HubAccess::Auto).err().map(|e| e.to_string())
-        );
-    };
-    assert_eq!(at, path);
+    let (path, errors) = refused("mistakes", yaml);
     // Each at the line of the setting it is about.
     let at = |line: usize, message: &str| format!("{}:{line}: {message}", path.display());
     assert_eq!(
@@ -142,13 +150,7 @@ fn a_template_that_is_not_the_pinned_one_is_refused() {
         + "sources:
   - {name: chat, files: ['{ROOT}/tests/fixtures/demo/chat.jsonl'], format: openai}
 ";
-    let path = pipeline("pinned", &yaml);
-    let Err(PlanError::Invalid(_, errors)) = compile(&path, HubAccess::Auto) else {
-        panic!(
-            "not refused: {:?}",
-            compile(&path, HubAccess::Auto).err().map(|e| e.to_string())
-        );
-    };
+    let (path, errors) = refused("pinned", &yaml);
     assert_eq!(
         errors,
         [format!(
@@ -162,13 +164,7 @@ fn a_template_that_is_not_the_pinned_one_is_refused() {
 
 #[test]
 fn an_empty_source_list_is_refused() {
-    let path = pipeline("empty", &format!("{HEAD}sources: []\n"));
-    let Err(PlanError::Invalid(_, errors)) = compile(&path, HubAccess::Auto) else {
-        panic!(
-            "not refused: {:?}",
-            compile(&path, HubAccess::Auto).err().map(|e| e.to_string())
-        );
-    };
+    let (path, errors) = refused("empty", &format!("{HEAD}sources: []\n"));
     assert_eq!(
         errors,
         [format!(
@@ -176,4 +172,64 @@ fn an_empty_source_list_is_refused() {
             path.display()
         )]
     );
+}
+
+#[test]
+fn flow_style_sources_are_located_at_their_items() {
+    let (path, errors) = refused(
+        "flow",
+        &format!(
+            "{HEAD}sources: [{{name: chat, files: ['{{ROOT}}/tests/fixtures/demo/chat.jsonl'], format: openai, min_keep: 2}},
+  {{name: chat, files: ['{{ROOT}}/tests/fixtures/demo/chat.jsonl'], format: openai, weight: 2}}]
+"
+        ),
+    );
+    let at = |line: usize, message: &str| format!("{}:{line}: {message}", path.display());
+    assert_eq!(
+        errors,
+        [
+            at(5, "sources[0] (`chat`): `min_keep` must be a share between 0 and 1, not 2"),
+            at(6, "sources[1]: the name `chat` is used twice"),
+            at(6, "sources[1] (`chat`): `weight` needs a pipeline-level `mix` (e.g. `mix: {target: rows, total: 100000}`)"),
+        ]
+    );
+}
+
+#[test]
+fn filter_errors_are_located_at_their_own_filters_key() {
+    let (path, errors) = refused(
+        "filters",
+        &format!(
+            "{HEAD}sources:
+  - {{name: a, files: ['{{ROOT}}/tests/fixtures/demo/chat.jsonl'], format: openai}}
+  - name: b
+    files: ['{{ROOT}}/tests/fixtures/demo/chat.jsonl']
+    format: openai
+  - name: c
+    files: ['{{ROOT}}/tests/fixtures/demo/chat.jsonl']
+    format: openai
+    filters:
+      - turns: {{min: 2}}
+      - regex: {{name: bad, exclude: ['(unclosed']}}
+near_dup: {{sources: [a, nobody]}}
+filters:
+  - regex: {{name: global_bad, include: ['[']}}
+"
+        ),
+    );
+    let shown = path.display();
+    let expected = [
+        format!("{shown}:17: filters: filter `global_bad` (regex): pattern `[`: "),
+        format!(
+            "{shown}:13: sources[2] (`c`): filters: filter `bad` (regex): pattern `(unclosed`: "
+        ),
+        format!("{shown}:16: near_dup.sources: `nobody` is not the name of a source"),
+    ];
+    assert_eq!(errors.len(), expected.len(), "{errors:#?}");
+    for (error, prefix) in errors.iter().zip(&expected) {
+        assert!(
+            error.starts_with(prefix.as_str()),
+            "{error}\nnot at {prefix}"
+        );
+    }
 }

@@ -5,6 +5,7 @@
 pub mod config;
 mod inputs;
 pub mod paths;
+mod positions;
 mod suggest;
 
 pub use crate::model::digest::sha256_hex;
@@ -143,10 +144,11 @@ fn format_yaml_error(path: &Path, source: &[u8], e: &serde_yaml_ng::Error) -> St
             suggest::did_you_mean(&e.to_string())
         );
     }
+    let positions = positions_of(source);
     all.into_iter()
         .map(|(line, column, text)| {
             let (line, column) =
-                duplicate_key_position(source, &text, line, column).unwrap_or((line, column));
+                duplicate_key_position(&positions, &text).unwrap_or((line, column));
             format!(
                 "{}:{line}:{column}: {}",
                 path.display(),
@@ -157,44 +159,26 @@ fn format_yaml_error(path: &Path, source: &[u8], e: &serde_yaml_ng::Error) -> St
         .join("\n")
 }
 
-/// serde reports a duplicate key at the start of its mapping (`line`, `column`): the position
-/// of the key's second occurrence among that mapping's keys instead, found in the text.
+/// serde reports a duplicate key at the start of its mapping: the position of the key's second
+/// occurrence instead. `message`: serde's, e.g. "sources[0]: duplicate field `name`".
 fn duplicate_key_position(
-    source: &[u8],
+    positions: &positions::Positions,
     message: &str,
-    line: usize,
-    column: usize,
 ) -> Option<(usize, usize)> {
-    // "duplicate field `seed`", after a path such as "sources[0]: ".
-    let (_, after) = message.split_once("duplicate field `")?;
+    let (head, after) = message.split_once("duplicate field `")?;
     let key = after.split_once('`')?.0;
-    let text = std::str::from_utf8(source).ok()?;
-    let indent = column.checked_sub(1)?;
-    let mut seen = 0;
-    for (i, l) in text.lines().enumerate().skip(line.checked_sub(1)?) {
-        let (head, rest) = (l.get(..indent)?, l.get(indent..)?);
-        let first = i + 1 == line;
-        // The mapping's keys sit at its column; `- ` may precede the first (a list item).
-        let content = !l.trim().is_empty() && !l.trim_start().starts_with('#');
-        if !first && content && !head.bytes().all(|b| b == b' ') {
-            break;
-        }
-        if head.bytes().all(|b| b == b' ' || b == b'-')
-            && [
-                format!("{key}:"),
-                format!("\"{key}\":"),
-                format!("'{key}':"),
-            ]
-            .iter()
-            .any(|k| rest.starts_with(k.as_str()))
-        {
-            seen += 1;
-            if seen == 2 {
-                return Some((i + 1, column));
-            }
-        }
-    }
-    None
+    let path = match head.trim_end_matches(": ") {
+        "" => key.to_owned(),
+        parent => format!("{parent}.{key}"),
+    };
+    positions.repeated(&path)
+}
+
+/// The settings of the pipeline `source` by position (none where it is not UTF-8).
+fn positions_of(source: &[u8]) -> positions::Positions {
+    std::str::from_utf8(source)
+        .map(positions::Positions::of)
+        .unwrap_or_default()
 }
 
 /// Reads and parses a pipeline file (no file-system checks beyond reading it).
@@ -442,24 +426,28 @@ pub fn compile(path: &Path, access: HubAccess) -> Result<Plan, PlanError> {
             notes: inputs.notes,
             lock: inputs.lock,
         }),
-        _ => Err(PlanError::Invalid(
-            path.to_owned(),
-            errors
-                .into_iter()
-                .map(|e| match error_line(&bytes, &e) {
-                    Some(line) => format!("{}:{line}: {e}", path.display()),
-                    None => e,
-                })
-                .collect(),
-        )),
+        _ => {
+            let positions = positions_of(&bytes);
+            Err(PlanError::Invalid(
+                path.to_owned(),
+                errors
+                    .into_iter()
+                    .map(|e| match positions.line(&positions::message_path(&e)) {
+                        Some(line) => format!("{}:{line}: {e}", path.display()),
+                        None => e,
+                    })
+                    .collect(),
+            ))
+        }
     }
 }
 
 impl Plan {
     /// A check's message about the pipeline (`sources[i].take: ...`), prefixed with the
-    /// pipeline's path and the line it is about where the text shows it.
+    /// pipeline's path and the line of the setting it is about where the file has it.
     pub fn at_line(&self, message: &str) -> String {
-        match error_line(&self.pipeline_yaml, message) {
+        let at = positions_of(&self.pipeline_yaml).line(&positions::message_path(message));
+        match at {
             Some(line) => format!("{}:{line}: {message}", self.path.display()),
             None => format!("{}: {message}", self.path.display()),
         }
@@ -511,90 +499,6 @@ fn takes_against_mix(
         ));
     }
     errors
-}
-
-/// The line of the pipeline a check's message is about, found in the text: the `- ` item of
-/// `sources[i]`, or the top-level key the message starts with. `None` where the text does not
-/// show it (flow style, or a message about no one key).
-fn error_line(source: &[u8], message: &str) -> Option<usize> {
-    let text = std::str::from_utf8(source).ok()?;
-    let top = |key: &str| {
-        text.lines()
-            .position(|l| l.strip_prefix(key).is_some_and(|r| r.starts_with(':')))
-            .map(|i| i + 1)
-    };
-    if let Some(rest) = message.strip_prefix("sources[") {
-        let (index, after) = rest.split_once(']')?;
-        let index: usize = index.parse().ok()?;
-        let item = source_item_line(text, index, top("sources")?)?;
-        // `sources[i].key: ...`: the key's own line within the item, where it has one.
-        let key: String = after
-            .strip_prefix('.')
-            .unwrap_or_default()
-            .chars()
-            .take_while(|c| c.is_ascii_lowercase() || *c == '_')
-            .collect();
-        if key.is_empty() {
-            return Some(item);
-        }
-        return Some(source_key_line(text, item, &key).unwrap_or(item));
-    }
-    let key: String = message
-        .trim_start_matches('`')
-        .chars()
-        .take_while(|c| c.is_ascii_lowercase() || *c == '_')
-        .collect();
-    if key.is_empty() {
-        return None;
-    }
-    top(&key)
-}
-
-/// The line (1-based) of the `- ` item of `sources[index]`; `start`: the `sources:` line.
-fn source_item_line(text: &str, index: usize, start: usize) -> Option<usize> {
-    // The list's items: `- ` at the indentation of the first one, until the next top-level
-    // key.
-    let mut indent = None;
-    let mut seen = 0;
-    for (i, l) in text.lines().enumerate().skip(start) {
-        let trimmed = l.trim_start();
-        let at = l.len() - trimmed.len();
-        if !l.trim().is_empty() && !trimmed.starts_with('#') && at == 0 && !trimmed.starts_with('-')
-        {
-            return None;
-        }
-        let item = trimmed.starts_with("- ") || trimmed == "-";
-        if item && *indent.get_or_insert(at) == at {
-            if seen == index {
-                return Some(i + 1);
-            }
-            seen += 1;
-        }
-    }
-    None
-}
-
-/// The line of `key:` inside the source item starting at line `item` (block style only).
-fn source_key_line(text: &str, item: usize, key: &str) -> Option<usize> {
-    let lines: Vec<&str> = text.lines().collect();
-    let first = lines.get(item - 1)?;
-    let dash = first.len() - first.trim_start().len();
-    for (i, l) in lines.iter().enumerate().skip(item - 1) {
-        let trimmed = l.trim_start();
-        let at = l.len() - trimmed.len();
-        if i + 1 > item && !trimmed.is_empty() && !trimmed.starts_with('#') && at <= dash {
-            return None;
-        }
-        let body = if i + 1 == item {
-            trimmed.strip_prefix('-')?.trim_start()
-        } else {
-            trimmed
-        };
-        if body.strip_prefix(key).is_some_and(|r| r.starts_with(':')) {
-            return Some(i + 1);
-        }
-    }
-    None
 }
 
 /// Reads an input file, or says what the path is instead (a directory, a FIFO, which would

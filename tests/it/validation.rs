@@ -101,11 +101,21 @@ fn sides(out: &Path) -> (u64, BTreeMap<String, [u64; 4]>) {
     (copies, counts)
 }
 
+/// Per render policy: the copies of repeated rows (in every build) and, by source (alpaca,
+/// chat, curation, tools), exact [train rows, validation rows, train conversations, validation
+/// conversations].
+#[rustfmt::skip]
+const SPLITS: [(&str, u64, [[u64; 4]; 4]); 4] = [
+    ("expand", 40, [[45, 5, 45, 5], [162, 18, 134, 16], [26, 3, 26, 3], [70, 9, 36, 4]]),
+    ("all",    31, [[45, 5, 45, 5], [149, 17, 135, 15], [26, 3, 26, 3], [49, 6, 36, 4]]),
+    ("turns",  57, [[45, 5, 45, 5], [185, 21, 133, 17], [26, 3, 26, 3], [119, 15, 36, 4]]),
+    ("last",   31, [[45, 5, 45, 5], [149, 17, 135, 15], [26, 3, 26, 3], [49, 6, 36, 4]]),
+];
+
 #[test]
 fn no_conversation_straddles_the_split_under_any_policy() {
     let tmp = tempfile::tempdir().expect("tempdir");
-    let mut found = Vec::new();
-    for policy in ["expand", "all", "turns", "last"] {
+    for (policy, want_copies, want) in SPLITS {
         let dir = tmp.path().join(policy);
         std::fs::create_dir_all(&dir).expect("dir");
         let p = pipeline(&dir, policy, "{fraction: 0.1, seed: 5}");
@@ -130,64 +140,13 @@ fn no_conversation_straddles_the_split_under_any_policy() {
             )) && said.contains(&format!("speculators: --train-data-ratio {ratio}")),
             "{said}"
         );
-        found.push((policy, copies, counts));
-    }
-    // Exact counts: [train rows, validation rows, train conversations, validation
-    // conversations] by source; copies of repeated rows are in every build.
-    let expected = |c: [[u64; 4]; 4]| -> BTreeMap<String, [u64; 4]> {
-        ["alpaca", "chat", "curation", "tools"]
+        let want: BTreeMap<String, [u64; 4]> = ["alpaca", "chat", "curation", "tools"]
             .iter()
             .map(|s| s.to_string())
-            .zip(c)
-            .collect()
-    };
-    // (policy, copies, [alpaca, chat, curation, tools])
-    let want = [
-        (
-            "expand",
-            40,
-            expected([
-                [45, 5, 45, 5],
-                [162, 18, 134, 16],
-                [26, 3, 26, 3],
-                [70, 9, 36, 4],
-            ]),
-        ),
-        (
-            "all",
-            31,
-            expected([
-                [45, 5, 45, 5],
-                [149, 17, 135, 15],
-                [26, 3, 26, 3],
-                [49, 6, 36, 4],
-            ]),
-        ),
-        (
-            "turns",
-            57,
-            expected([
-                [45, 5, 45, 5],
-                [185, 21, 133, 17],
-                [26, 3, 26, 3],
-                [119, 15, 36, 4],
-            ]),
-        ),
-        (
-            "last",
-            31,
-            expected([
-                [45, 5, 45, 5],
-                [149, 17, 135, 15],
-                [26, 3, 26, 3],
-                [49, 6, 36, 4],
-            ]),
-        ),
-    ];
-    for ((policy, copies, counts), (name, want_copies, want)) in found.iter().zip(&want) {
-        assert_eq!(policy, name);
+            .zip(want)
+            .collect();
         assert_eq!(copies, want_copies, "{policy}: repeated rows");
-        assert_eq!(counts, want, "{policy}: {found:?}");
+        assert_eq!(counts, want, "{policy}");
     }
 }
 

@@ -15,18 +15,12 @@ Usage: python3 tests/oracle/check_speculator_format.py --bin target/debug/chatsh
 Needs the speculators venv (tests/oracle/requirements-speculators.txt). Prints
 `check_speculator_format: OK ...` and exits 0 when every row matches.
 """
-import argparse
 import collections
 import json
-import shutil
-import subprocess
 import sys
-import tempfile
-from pathlib import Path
 
-import datasets
+from speculators_oracle import ROOT, binary_and_work, build, local_model, prepare_data, rows_of
 
-ROOT = Path(__file__).resolve().parents[2]
 FIXTURE = ROOT / "tests/fixtures/speculator/regenerated.jsonl"
 
 PIPELINE = """name: speculator-format-check
@@ -45,44 +39,15 @@ output:
 """
 
 
-def rows_of(path):
-    ds = datasets.load_from_disk(str(path))
-    return collections.Counter(
-        (tuple(int(i) for i in r["input_ids"]), tuple(int(m) for m in r["loss_mask"])) for r in ds
-    )
-
-
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--bin", required=True)
-    ap.add_argument("--work")
-    args = ap.parse_args()
-    binary = str(Path(args.bin).resolve())
-    work = Path(args.work or tempfile.mkdtemp(prefix="speculator-format-")).resolve()
-    if work.exists():
-        shutil.rmtree(work)
-    work.mkdir(parents=True)
+    binary, work = binary_and_work("speculator-format-")
 
     pipeline = work / "pipeline.yaml"
     pipeline.write_text(PIPELINE.format(root=ROOT, fixture=FIXTURE, out=work / "chatshards"))
-    subprocess.run([binary, "build", "--quiet", str(pipeline)], check=True)
+    build(binary, pipeline)
 
-    # A local "model" for prepare-data's processor load (it renders nothing with it).
-    model = work / "model"
-    model.mkdir()
-    subprocess.run(["zstd", "-q", "-d", str(ROOT / "templates/qwen3.6/tokenizer.json.zst"),
-                    "-o", str(model / "tokenizer.json")], check=True)
-    shutil.copy(ROOT / "templates/qwen3.6/chat_template.jinja", model / "chat_template.jinja")
-    (model / "tokenizer_config.json").write_text(json.dumps({
-        "tokenizer_class": "PreTrainedTokenizerFast",
-        "eos_token": "<|im_end|>",
-        "pad_token": "<|endoftext|>",
-    }))
     out = work / "speculators"
-    subprocess.run([sys.executable, "-m", "speculators", "prepare-data",
-                    "--model", str(model), "--data", str(FIXTURE), "--output", str(out),
-                    "--seq-length", "8192", "--num-preprocessing-workers", "1"],
-                   check=True)
+    prepare_data(local_model(work), FIXTURE, out, 1)
 
     ours, theirs = rows_of(work / "chatshards"), rows_of(out)
     given = collections.Counter()

@@ -24,20 +24,14 @@ Those conversations are left out of speculators' input, and the check asserts th
 Needs the speculators venv (tests/oracle/requirements-speculators.txt). Prints
 `check_speculators_render: OK ...` and exits 0 when every row matches.
 """
-import argparse
-import collections
 import json
 import re
-import shutil
 import subprocess
 import sys
-import tempfile
 import threading
-from pathlib import Path
 
-import datasets
+from speculators_oracle import ROOT, binary_and_work, build, local_model, prepare_data, rows_of
 
-ROOT = Path(__file__).resolve().parents[2]
 INPUTS = [ROOT / "tests/fixtures/demo/chat.jsonl", ROOT / "tests/fixtures/demo/curation.jsonl"]
 
 
@@ -104,28 +98,13 @@ output:
 """
 
 
-def rows_of(path):
-    ds = datasets.load_from_disk(str(path))
-    return collections.Counter(
-        (tuple(int(i) for i in r["input_ids"]), tuple(int(m) for m in r["loss_mask"])) for r in ds
-    )
-
-
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--bin", required=True)
-    ap.add_argument("--work")
-    args = ap.parse_args()
-    binary = str(Path(args.bin).resolve())
-    work = Path(args.work or tempfile.mkdtemp(prefix="speculators-render-")).resolve()
-    if work.exists():
-        shutil.rmtree(work)
-    work.mkdir(parents=True)
+    binary, work = binary_and_work("speculators-render-")
 
     pipeline = work / "pipeline.yaml"
     pipeline.write_text(PIPELINE.format(
         root=ROOT, inputs=", ".join(str(p) for p in INPUTS), out=work / "chatshards"))
-    subprocess.run([binary, "build", "--quiet", str(pipeline)], check=True)
+    build(binary, pipeline)
 
     rows = read_conversations()
     renamed = [r for r in rows if unknown_roles(r)]
@@ -142,17 +121,7 @@ def main():
     data = work / "conversations.jsonl"
     data.write_text("".join(json.dumps(c, ensure_ascii=False) + "\n" for c in convs))
 
-    # A local "model" for prepare-data's processor load (it renders nothing with it).
-    model = work / "model"
-    model.mkdir()
-    subprocess.run(["zstd", "-q", "-d", str(ROOT / "templates/qwen3.6/tokenizer.json.zst"),
-                    "-o", str(model / "tokenizer.json")], check=True)
-    shutil.copy(ROOT / "templates/qwen3.6/chat_template.jinja", model / "chat_template.jinja")
-    (model / "tokenizer_config.json").write_text(json.dumps({
-        "tokenizer_class": "PreTrainedTokenizerFast",
-        "eos_token": "<|im_end|>",
-        "pad_token": "<|endoftext|>",
-    }))
+    model = local_model(work)
 
     server = subprocess.Popen([binary, "serve-render", str(pipeline), "--port", "0"],
                               stderr=subprocess.PIPE, text=True)
@@ -169,11 +138,7 @@ def main():
         # Keep draining the server's stderr so it never blocks on a full pipe.
         threading.Thread(target=lambda: [None for _ in server.stderr], daemon=True).start()
         out = work / "speculators"
-        subprocess.run([sys.executable, "-m", "speculators", "prepare-data",
-                        "--model", str(model), "--data", str(data),
-                        "--render-endpoint", url, "--output", str(out),
-                        "--seq-length", "8192", "--num-preprocessing-workers", "2"],
-                       check=True)
+        prepare_data(model, data, out, 2, "--render-endpoint", url)
     finally:
         server.terminate()
         server.wait(timeout=30)
