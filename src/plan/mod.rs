@@ -609,14 +609,11 @@ fn pretokenized_conflicts(
 ) -> Vec<String> {
     let mut errors = Vec::new();
     for f in &source.filters {
-        if !matches!(
-            f,
-            crate::curate::filters::FilterConfig::Tokens(_)
-                | crate::curate::filters::FilterConfig::SupervisedTokens(_)
-        ) {
+        if f.reads_text() {
             errors.push(format!(
-                "filter `{}` reads text, and format `speculator` rows are token ids (only `tokens` and `supervised_tokens` filters apply)",
-                f.name()
+                "filter `{}` reads text, and format `speculator` rows are token ids (only {} filters apply)",
+                f.name(),
+                crate::curate::filters::FilterConfig::token_kinds()
             ));
         }
     }
