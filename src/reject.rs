@@ -4,100 +4,96 @@
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
-/// A row the pipeline could not use (bad input or a template/validation failure).
-/// The snake_case codes are stable: they appear in manifests and reject files.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum RejectReason {
-    /// The line or record is not valid JSON.
-    InvalidJson,
-    /// An integer literal outside the 64-bit range, which Python keeps exact and chatshards
-    /// cannot render the same way.
-    NumberOutOfRange,
-    /// A field the format needs is absent or null.
-    MissingField,
-    /// A field has the wrong type or an unparseable value.
-    InvalidField,
-    /// A role the chat template does not know (e.g. `developer`, `function`).
-    UnknownRole,
-    /// No messages after adaptation.
-    EmptyConversation,
-    /// No user message that is a real query (the template raises on this).
-    NoUserQuery,
-    /// A system message after the first position that could not be merged.
-    SystemNotFirst,
-    /// No assistant turn to supervise.
-    NoAssistantTurn,
-    /// Tool-call arguments that are not a JSON object (or a string holding one).
-    InvalidToolArguments,
-    /// Image, video or audio content: this tool builds text-only data.
-    MultimodalContent,
-    /// Content contains the text of a control token such as `<|im_start|>`.
-    SpecialTokenInContent,
-    /// The chat template raised an error for this row.
-    Template,
-    /// The tokenizer failed on the rendered text.
-    Tokenize,
-    /// The loss mask did not decode to exactly the assistant spans (a bug guard).
-    MaskCheck,
-    /// The assistant answer (`output`, `response`, `solution`) is empty.
-    EmptyResponse,
-    /// The answer is empty but `input` is not: CodeAlpaca rows whose answer sits in `input`.
-    AnswerInInput,
-    /// The user prompt (`instruction` + `input`, `question`, `problem`) is empty.
-    EmptyPrompt,
-    /// The tool list (a column or schemas embedded in a system prompt) cannot be read.
-    InvalidTools,
-    /// A tool call written in text (`<functioncall>`, `<tool_call>`) cannot be parsed.
-    InvalidToolCall,
-    /// A call names a function the row does not declare.
-    UndeclaredTool,
-    /// A tool response that answers no pending call.
-    OrphanToolResponse,
-    /// A role marker (`USER:`, `ASSISTANT:`, ...) inside an assistant turn: a phantom turn
-    /// that would be trained as the model's own text.
-    StrayRoleMarker,
-    /// The record is larger than `max_row_bytes` (not held in memory where the format allows).
-    TooLarge,
-    /// `regenerate`: the server's prompt ids differ from chatshards' render of the same messages.
-    RenderMismatch,
-    /// `regenerate`: a request failed for good (after its retries).
-    RegenError,
-    /// `regenerate`: the first generation stopped at `max_tokens` under `truncated: drop`.
-    RegenTruncated,
+/// Declares a reason enum from one line per reason, `Variant = "code"`: the code is the serde
+/// name (manifests) and [`code`](RejectReason::code) (reject files) alike, and `ALL` lists every
+/// reason. A new reason is one such line where its kind is declared.
+macro_rules! codes {
+    (
+        $(#[$meta:meta])*
+        pub enum $name:ident {
+            $($(#[doc = $doc:literal])* $variant:ident = $code:literal,)*
+        }
+    ) => {
+        $(#[$meta])*
+        pub enum $name {
+            $($(#[doc = $doc])* #[serde(rename = $code)] $variant,)*
+        }
+
+        impl $name {
+            /// Every reason, in the order declared.
+            pub const ALL: &[$name] = &[$($name::$variant),*];
+
+            /// The stable snake_case code.
+            pub fn code(self) -> &'static str {
+                match self {
+                    $($name::$variant => $code,)*
+                }
+            }
+        }
+    };
 }
 
-impl RejectReason {
-    pub fn code(self) -> &'static str {
-        match self {
-            RejectReason::InvalidJson => "invalid_json",
-            RejectReason::NumberOutOfRange => "number_out_of_range",
-            RejectReason::MissingField => "missing_field",
-            RejectReason::InvalidField => "invalid_field",
-            RejectReason::UnknownRole => "unknown_role",
-            RejectReason::EmptyConversation => "empty_conversation",
-            RejectReason::NoUserQuery => "no_user_query",
-            RejectReason::SystemNotFirst => "system_not_first",
-            RejectReason::NoAssistantTurn => "no_assistant_turn",
-            RejectReason::InvalidToolArguments => "invalid_tool_arguments",
-            RejectReason::MultimodalContent => "multimodal_content",
-            RejectReason::SpecialTokenInContent => "special_token_in_content",
-            RejectReason::Template => "template",
-            RejectReason::Tokenize => "tokenize",
-            RejectReason::MaskCheck => "mask_check",
-            RejectReason::EmptyResponse => "empty_response",
-            RejectReason::AnswerInInput => "answer_in_input",
-            RejectReason::EmptyPrompt => "empty_prompt",
-            RejectReason::InvalidTools => "invalid_tools",
-            RejectReason::InvalidToolCall => "invalid_tool_call",
-            RejectReason::UndeclaredTool => "undeclared_tool",
-            RejectReason::OrphanToolResponse => "orphan_tool_response",
-            RejectReason::StrayRoleMarker => "stray_role_marker",
-            RejectReason::TooLarge => "too_large",
-            RejectReason::RenderMismatch => "render_mismatch",
-            RejectReason::RegenError => "regen_error",
-            RejectReason::RegenTruncated => "regen_truncated",
-        }
+codes! {
+    /// A row the pipeline could not use (bad input or a template/validation failure).
+    /// The snake_case codes are stable: they appear in manifests and reject files.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+    pub enum RejectReason {
+        /// The line or record is not valid JSON.
+        InvalidJson = "invalid_json",
+        /// An integer literal outside the 64-bit range, which Python keeps exact and chatshards
+        /// cannot render the same way.
+        NumberOutOfRange = "number_out_of_range",
+        /// A field the format needs is absent or null.
+        MissingField = "missing_field",
+        /// A field has the wrong type or an unparseable value.
+        InvalidField = "invalid_field",
+        /// A role the chat template does not know (e.g. `developer`, `function`).
+        UnknownRole = "unknown_role",
+        /// No messages after adaptation.
+        EmptyConversation = "empty_conversation",
+        /// No user message that is a real query (the template raises on this).
+        NoUserQuery = "no_user_query",
+        /// A system message after the first position that could not be merged.
+        SystemNotFirst = "system_not_first",
+        /// No assistant turn to supervise.
+        NoAssistantTurn = "no_assistant_turn",
+        /// Tool-call arguments that are not a JSON object (or a string holding one).
+        InvalidToolArguments = "invalid_tool_arguments",
+        /// Image, video or audio content: this tool builds text-only data.
+        MultimodalContent = "multimodal_content",
+        /// Content contains the text of a control token such as `<|im_start|>`.
+        SpecialTokenInContent = "special_token_in_content",
+        /// The chat template raised an error for this row.
+        Template = "template",
+        /// The tokenizer failed on the rendered text.
+        Tokenize = "tokenize",
+        /// The loss mask did not decode to exactly the assistant spans (a bug guard).
+        MaskCheck = "mask_check",
+        /// The assistant answer (`output`, `response`, `solution`) is empty.
+        EmptyResponse = "empty_response",
+        /// The answer is empty but `input` is not: CodeAlpaca rows whose answer sits in `input`.
+        AnswerInInput = "answer_in_input",
+        /// The user prompt (`instruction` + `input`, `question`, `problem`) is empty.
+        EmptyPrompt = "empty_prompt",
+        /// The tool list (a column or schemas embedded in a system prompt) cannot be read.
+        InvalidTools = "invalid_tools",
+        /// A tool call written in text (`<functioncall>`, `<tool_call>`) cannot be parsed.
+        InvalidToolCall = "invalid_tool_call",
+        /// A call names a function the row does not declare.
+        UndeclaredTool = "undeclared_tool",
+        /// A tool response that answers no pending call.
+        OrphanToolResponse = "orphan_tool_response",
+        /// A role marker (`USER:`, `ASSISTANT:`, ...) inside an assistant turn: a phantom turn
+        /// that would be trained as the model's own text.
+        StrayRoleMarker = "stray_role_marker",
+        /// The record is larger than `max_row_bytes` (not held in memory where the format allows).
+        TooLarge = "too_large",
+        /// `regenerate`: the server's prompt ids differ from chatshards' render of the same messages.
+        RenderMismatch = "render_mismatch",
+        /// `regenerate`: a request failed for good (after its retries).
+        RegenError = "regen_error",
+        /// `regenerate`: the first generation stopped at `max_tokens` under `truncated: drop`.
+        RegenTruncated = "regen_truncated",
     }
 }
 
@@ -153,29 +149,19 @@ impl Reject {
     }
 }
 
-/// A valid row that a curation rule left out. Counted apart from rejects.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum FilterReason {
-    /// Longer than `max_tokens` (length policy `drop`, or no turn boundary fits).
-    TooLong,
-    /// Fewer supervised tokens than `min_supervised_tokens`.
-    TooFewSupervised,
-    /// An agentic trajectory not known to be resolved, under `resolved_only: true`.
-    Unresolved,
-    /// A blank (empty or whitespace-only) line of a JSON lines file: counted so that `read`
-    /// is the number of lines, but nothing to reject.
-    BlankLine,
-}
-
-impl FilterReason {
-    pub fn code(self) -> &'static str {
-        match self {
-            FilterReason::TooLong => "too_long",
-            FilterReason::TooFewSupervised => "too_few_supervised",
-            FilterReason::Unresolved => "unresolved",
-            FilterReason::BlankLine => "blank_line",
-        }
+codes! {
+    /// A valid row that a curation rule left out. Counted apart from rejects.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+    pub enum FilterReason {
+        /// Longer than `max_tokens` (length policy `drop`, or no turn boundary fits).
+        TooLong = "too_long",
+        /// Fewer supervised tokens than `min_supervised_tokens`.
+        TooFewSupervised = "too_few_supervised",
+        /// An agentic trajectory not known to be resolved, under `resolved_only: true`.
+        Unresolved = "unresolved",
+        /// A blank (empty or whitespace-only) line of a JSON lines file: counted so that `read`
+        /// is the number of lines, but nothing to reject.
+        BlankLine = "blank_line",
     }
 }
 
@@ -202,94 +188,64 @@ impl From<Reject> for Skip {
     }
 }
 
-/// A safe change an adapter or validator made to keep a row. Counted per source.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Repair {
-    /// Tool-call arguments given as a JSON string were parsed into an object.
-    ToolArgumentsParsed,
-    /// A list or object stored as a JSON string was parsed.
-    JsonStringParsed,
-    /// Text content parts were joined into one string.
-    ContentPartsJoined,
-    /// Consecutive leading system messages were merged into one.
-    SystemMerged,
-    /// Trailing turns after the last assistant turn were dropped.
-    TrailingTurnsDropped,
-    /// Bare function schemas were wrapped as OpenAI tool objects.
-    ToolsWrapped,
-    /// Tool calls without ids got `call_0`, `call_1`, ... (per row), and each tool response
-    /// the id of the call it answers.
-    ToolCallIdsSynthesized,
-    /// A function declared more than once: one definition kept (the first that accepts every
-    /// argument the row passes to it, else the first).
-    DuplicateToolDropped,
-    /// Glaive: a call with `"parameters"` instead of `"arguments"`.
-    ArgumentsKeyRenamed,
-    /// Glaive: `\'` escapes inside single-quoted call arguments were unescaped.
-    QuotedArgumentsUnescaped,
-    /// Glaive: the one-off `AI to= name: {...}` call syntax was parsed as a call.
-    LegacyCallSyntaxParsed,
-    /// Consecutive user turns were merged into one (joined by a blank line).
-    ConsecutiveTurnsMerged,
-    /// An assistant turn identical to the one before it was dropped.
-    DuplicateTurnDropped,
-    /// Turns with no text and no calls were dropped.
-    EmptyTurnsDropped,
-    /// A leftover role marker (`ASSISTANT:` before a call, `SYSTEM: `) or a trailing
-    /// `<|endoftext|>` was removed.
-    StrayMarkerRemoved,
-    /// Hermes: a tool call or tool list written as a Python literal (`'...'`, `True`) was parsed.
-    PythonLiteralParsed,
-    /// Hermes: literal `\n` (backslash, n) around a `<tool_call>` body was read as a newline.
-    LiteralNewlinesReplaced,
-    /// Hermes: a call with no top-level `name` took it from `arguments.name`.
-    CallNameUnnested,
-    /// Agentic: a call written as `<function=...>` text was parsed into a tool call.
-    TextToolCallParsed,
-    /// Agentic: environment observations sent as user turns became tool responses.
-    ObservationsAsTool,
-    /// Agentic (SWE-smith): messages of sub-agents (`agent` other than `main`) were dropped.
-    SubagentMessagesDropped,
-    /// Null-valued keys in tool schemas (Parquet struct columns pad missing keys with nulls)
-    /// were dropped.
-    ToolSchemaNullsDropped,
-    /// Agentic: a function listing in the system prompt (`---- BEGIN FUNCTION #1: ...`) became
-    /// the row's tools and was taken out of the system text.
-    ToolListingParsed,
-    /// Agentic: a function listing in the system prompt that does not parse exactly (or a row
-    /// that also has a tools column) was left in the text (counted, not changed).
-    ToolListingKept,
-}
-
-impl Repair {
-    pub fn code(self) -> &'static str {
-        match self {
-            Repair::ToolArgumentsParsed => "tool_arguments_parsed",
-            Repair::JsonStringParsed => "json_string_parsed",
-            Repair::ContentPartsJoined => "content_parts_joined",
-            Repair::SystemMerged => "system_merged",
-            Repair::TrailingTurnsDropped => "trailing_turns_dropped",
-            Repair::ToolsWrapped => "tools_wrapped",
-            Repair::ToolCallIdsSynthesized => "tool_call_ids_synthesized",
-            Repair::DuplicateToolDropped => "duplicate_tool_dropped",
-            Repair::ArgumentsKeyRenamed => "arguments_key_renamed",
-            Repair::QuotedArgumentsUnescaped => "quoted_arguments_unescaped",
-            Repair::LegacyCallSyntaxParsed => "legacy_call_syntax_parsed",
-            Repair::ConsecutiveTurnsMerged => "consecutive_turns_merged",
-            Repair::DuplicateTurnDropped => "duplicate_turn_dropped",
-            Repair::EmptyTurnsDropped => "empty_turns_dropped",
-            Repair::StrayMarkerRemoved => "stray_marker_removed",
-            Repair::PythonLiteralParsed => "python_literal_parsed",
-            Repair::LiteralNewlinesReplaced => "literal_newlines_replaced",
-            Repair::CallNameUnnested => "call_name_unnested",
-            Repair::TextToolCallParsed => "text_tool_call_parsed",
-            Repair::ObservationsAsTool => "observations_as_tool",
-            Repair::SubagentMessagesDropped => "subagent_messages_dropped",
-            Repair::ToolSchemaNullsDropped => "tool_schema_nulls_dropped",
-            Repair::ToolListingParsed => "tool_listing_parsed",
-            Repair::ToolListingKept => "tool_listing_kept",
-        }
+codes! {
+    /// A safe change an adapter or validator made to keep a row. Counted per source.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+    pub enum Repair {
+        /// Tool-call arguments given as a JSON string were parsed into an object.
+        ToolArgumentsParsed = "tool_arguments_parsed",
+        /// A list or object stored as a JSON string was parsed.
+        JsonStringParsed = "json_string_parsed",
+        /// Text content parts were joined into one string.
+        ContentPartsJoined = "content_parts_joined",
+        /// Consecutive leading system messages were merged into one.
+        SystemMerged = "system_merged",
+        /// Trailing turns after the last assistant turn were dropped.
+        TrailingTurnsDropped = "trailing_turns_dropped",
+        /// Bare function schemas were wrapped as OpenAI tool objects.
+        ToolsWrapped = "tools_wrapped",
+        /// Tool calls without ids got `call_0`, `call_1`, ... (per row), and each tool response
+        /// the id of the call it answers.
+        ToolCallIdsSynthesized = "tool_call_ids_synthesized",
+        /// A function declared more than once: one definition kept (the first that accepts every
+        /// argument the row passes to it, else the first).
+        DuplicateToolDropped = "duplicate_tool_dropped",
+        /// Glaive: a call with `"parameters"` instead of `"arguments"`.
+        ArgumentsKeyRenamed = "arguments_key_renamed",
+        /// Glaive: `\'` escapes inside single-quoted call arguments were unescaped.
+        QuotedArgumentsUnescaped = "quoted_arguments_unescaped",
+        /// Glaive: the one-off `AI to= name: {...}` call syntax was parsed as a call.
+        LegacyCallSyntaxParsed = "legacy_call_syntax_parsed",
+        /// Consecutive user turns were merged into one (joined by a blank line).
+        ConsecutiveTurnsMerged = "consecutive_turns_merged",
+        /// An assistant turn identical to the one before it was dropped.
+        DuplicateTurnDropped = "duplicate_turn_dropped",
+        /// Turns with no text and no calls were dropped.
+        EmptyTurnsDropped = "empty_turns_dropped",
+        /// A leftover role marker (`ASSISTANT:` before a call, `SYSTEM: `) or a trailing
+        /// `<|endoftext|>` was removed.
+        StrayMarkerRemoved = "stray_marker_removed",
+        /// Hermes: a tool call or tool list written as a Python literal (`'...'`, `True`) was parsed.
+        PythonLiteralParsed = "python_literal_parsed",
+        /// Hermes: literal `\n` (backslash, n) around a `<tool_call>` body was read as a newline.
+        LiteralNewlinesReplaced = "literal_newlines_replaced",
+        /// Hermes: a call with no top-level `name` took it from `arguments.name`.
+        CallNameUnnested = "call_name_unnested",
+        /// Agentic: a call written as `<function=...>` text was parsed into a tool call.
+        TextToolCallParsed = "text_tool_call_parsed",
+        /// Agentic: environment observations sent as user turns became tool responses.
+        ObservationsAsTool = "observations_as_tool",
+        /// Agentic (SWE-smith): messages of sub-agents (`agent` other than `main`) were dropped.
+        SubagentMessagesDropped = "subagent_messages_dropped",
+        /// Null-valued keys in tool schemas (Parquet struct columns pad missing keys with nulls)
+        /// were dropped.
+        ToolSchemaNullsDropped = "tool_schema_nulls_dropped",
+        /// Agentic: a function listing in the system prompt (`---- BEGIN FUNCTION #1: ...`) became
+        /// the row's tools and was taken out of the system text.
+        ToolListingParsed = "tool_listing_parsed",
+        /// Agentic: a function listing in the system prompt that does not parse exactly (or a row
+        /// that also has a tools column) was left in the text (counted, not changed).
+        ToolListingKept = "tool_listing_kept",
     }
 }
 
@@ -305,73 +261,40 @@ mod tests {
         }
     }
 
-    /// `code()` is written to reject files, the serde name to manifests: they must agree.
+    /// `code()` is written to reject files, the serde name to manifests: they must agree, and
+    /// each is the snake_case of its variant (the naming the codes have always had).
     #[test]
     fn codes_are_the_serde_names() {
-        use RejectReason as R;
-        for r in [
-            R::InvalidJson,
-            R::NumberOutOfRange,
-            R::MissingField,
-            R::InvalidField,
-            R::UnknownRole,
-            R::EmptyConversation,
-            R::NoUserQuery,
-            R::SystemNotFirst,
-            R::NoAssistantTurn,
-            R::InvalidToolArguments,
-            R::MultimodalContent,
-            R::SpecialTokenInContent,
-            R::Template,
-            R::Tokenize,
-            R::MaskCheck,
-            R::EmptyResponse,
-            R::AnswerInInput,
-            R::EmptyPrompt,
-            R::InvalidTools,
-            R::InvalidToolCall,
-            R::UndeclaredTool,
-            R::OrphanToolResponse,
-            R::StrayRoleMarker,
-            R::TooLarge,
-            R::RenderMismatch,
-            R::RegenError,
-            R::RegenTruncated,
-        ] {
-            assert_eq!(serde_name(r), r.code());
+        fn snake(variant: &str) -> String {
+            let mut out = String::new();
+            for (i, c) in variant.chars().enumerate() {
+                if c.is_ascii_uppercase() && i > 0 {
+                    out.push('_');
+                }
+                out.push(c.to_ascii_lowercase());
+            }
+            out
         }
-        use FilterReason as F;
-        for f in [F::TooLong, F::TooFewSupervised, F::Unresolved, F::BlankLine] {
-            assert_eq!(serde_name(f), f.code());
+        fn check<T: Serialize + fmt::Debug + Copy>(all: &[T], code: fn(T) -> &'static str) {
+            for &r in all {
+                assert_eq!(serde_name(r), code(r));
+                assert_eq!(code(r), snake(&format!("{r:?}")));
+            }
         }
-        use Repair as P;
-        for p in [
-            P::ToolArgumentsParsed,
-            P::JsonStringParsed,
-            P::ContentPartsJoined,
-            P::SystemMerged,
-            P::TrailingTurnsDropped,
-            P::ToolsWrapped,
-            P::ToolCallIdsSynthesized,
-            P::DuplicateToolDropped,
-            P::ArgumentsKeyRenamed,
-            P::QuotedArgumentsUnescaped,
-            P::LegacyCallSyntaxParsed,
-            P::ConsecutiveTurnsMerged,
-            P::DuplicateTurnDropped,
-            P::EmptyTurnsDropped,
-            P::StrayMarkerRemoved,
-            P::PythonLiteralParsed,
-            P::LiteralNewlinesReplaced,
-            P::CallNameUnnested,
-            P::TextToolCallParsed,
-            P::ObservationsAsTool,
-            P::SubagentMessagesDropped,
-            P::ToolSchemaNullsDropped,
-            P::ToolListingParsed,
-            P::ToolListingKept,
-        ] {
-            assert_eq!(serde_name(p), p.code());
-        }
+        check(RejectReason::ALL, RejectReason::code);
+        check(FilterReason::ALL, FilterReason::code);
+        check(Repair::ALL, Repair::code);
+        assert_eq!(
+            (
+                RejectReason::ALL.len(),
+                FilterReason::ALL.len(),
+                Repair::ALL.len()
+            ),
+            (27, 4, 24)
+        );
+        // Read back from a manifest under the same name.
+        let read: RejectReason = serde_json::from_value(Value::String("answer_in_input".into()))
+            .expect("a code reads back");
+        assert_eq!(read, RejectReason::AnswerInInput);
     }
 }

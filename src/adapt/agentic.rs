@@ -453,3 +453,31 @@ fn flag(value: Option<&Value>, field: &str) -> Result<Option<bool>, Reject> {
         )),
     }
 }
+
+impl super::Format for AgenticAdapter {
+    const READS: super::Reads = super::Reads {
+        resolved_only: true,
+        ..super::Reads::EXACT
+    };
+    // It checks the tool turns of the source itself: the observations it turns into tool
+    // responses answer calls written in text, or none.
+    const CHECKS_TOOL_RESPONSES: bool = true;
+
+    fn configure(settings: &super::Settings) -> Self {
+        AgenticAdapter {
+            resolved_only: settings.options.resolved_only.unwrap_or(false),
+        }
+    }
+
+    fn filter(&self, row: &Row) -> Result<Option<crate::reject::FilterReason>, Reject> {
+        AgenticAdapter::filter(self, row)
+    }
+
+    fn adapt(&self, row: &Row, repairs: &mut Repairs) -> Result<Conversation, Reject> {
+        AgenticAdapter::adapt(self, row, repairs)
+    }
+
+    fn metadata(&self, row: &Row) -> serde_json::Map<String, serde_json::Value> {
+        AgenticAdapter::metadata(self, row)
+    }
+}

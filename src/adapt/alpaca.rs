@@ -104,3 +104,33 @@ fn refers_to_input(instruction: &str) -> bool {
     ];
     WORDS.iter().any(|w| lower.contains(w))
 }
+
+impl super::Format for AlpacaAdapter {
+    const READS: super::Reads = super::Reads {
+        columns: &[
+            super::Column::Instruction,
+            super::Column::Output,
+            super::Column::Input,
+            super::Column::System,
+        ],
+        tags: false,
+        resolved_only: false,
+    };
+
+    fn configure(settings: &super::Settings) -> Self {
+        let mut a = AlpacaAdapter::default();
+        settings.column(super::Column::Instruction, &mut a.instruction);
+        settings.column(super::Column::Output, &mut a.output);
+        if let Some(input) = settings.column_given(super::Column::Input) {
+            a.input = Some(input.clone());
+        }
+        if let Some(system) = settings.column_given(super::Column::System) {
+            a.system = Some(system.clone());
+        }
+        a
+    }
+
+    fn adapt(&self, row: &Row, repairs: &mut Repairs) -> Result<Conversation, Reject> {
+        AlpacaAdapter::adapt(self, row, repairs)
+    }
+}

@@ -441,6 +441,16 @@ impl Cursor<'_> {
     }
 }
 
+impl super::Format for GlaiveAdapter {
+    fn configure(_: &super::Settings) -> Self {
+        GlaiveAdapter
+    }
+
+    fn adapt(&self, row: &Row, repairs: &mut Repairs) -> Result<Conversation, Reject> {
+        GlaiveAdapter::adapt(self, row, repairs)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

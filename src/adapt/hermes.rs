@@ -157,3 +157,17 @@ fn assistant(value: &str, field: &str, repairs: &mut Repairs) -> Result<Message,
     }
     assistant_with_tool_calls(value, field, repairs)
 }
+
+impl super::Format for HermesAdapter {
+    fn configure(_: &super::Settings) -> Self {
+        HermesAdapter
+    }
+
+    fn adapt(&self, row: &Row, repairs: &mut Repairs) -> Result<Conversation, Reject> {
+        HermesAdapter::adapt(self, row, repairs)
+    }
+
+    fn metadata(&self, row: &Row) -> serde_json::Map<String, serde_json::Value> {
+        HermesAdapter::metadata(self, row)
+    }
+}

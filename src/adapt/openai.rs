@@ -407,3 +407,22 @@ pub(super) fn parse_role(role: &str) -> Option<Role> {
         _ => None,
     }
 }
+
+impl super::Format for OpenAiAdapter {
+    const READS: super::Reads = super::Reads {
+        columns: &[super::Column::Messages, super::Column::Tools],
+        tags: false,
+        resolved_only: false,
+    };
+
+    fn configure(settings: &super::Settings) -> Self {
+        let mut a = OpenAiAdapter::default();
+        settings.column(super::Column::Messages, &mut a.messages);
+        settings.column(super::Column::Tools, &mut a.tools);
+        a
+    }
+
+    fn adapt(&self, row: &Row, repairs: &mut Repairs) -> Result<Conversation, Reject> {
+        OpenAiAdapter::adapt(self, row, repairs)
+    }
+}

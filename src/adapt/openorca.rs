@@ -62,3 +62,17 @@ impl OpenOrcaAdapter {
         meta
     }
 }
+
+impl super::Format for OpenOrcaAdapter {
+    fn configure(_: &super::Settings) -> Self {
+        OpenOrcaAdapter
+    }
+
+    fn adapt(&self, row: &Row, repairs: &mut Repairs) -> Result<Conversation, Reject> {
+        OpenOrcaAdapter::adapt(self, row, repairs)
+    }
+
+    fn metadata(&self, row: &Row) -> serde_json::Map<String, serde_json::Value> {
+        OpenOrcaAdapter::metadata(self, row)
+    }
+}

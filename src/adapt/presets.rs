@@ -72,3 +72,22 @@ impl PresetAdapter {
         }
     }
 }
+
+impl super::Format for PresetAdapter {
+    fn configure(settings: &super::Settings) -> Self {
+        PresetAdapter::new(match settings.format {
+            super::FormatName::EvolCodeAlpaca => Preset::EvolCodeAlpaca,
+            super::FormatName::MagicoderOss => Preset::MagicoderOss,
+            super::FormatName::MagicoderEvol => Preset::MagicoderEvol,
+            _ => Preset::CodeAlpaca,
+        })
+    }
+
+    fn adapt(&self, row: &Row, repairs: &mut Repairs) -> Result<Conversation, Reject> {
+        PresetAdapter::adapt(self, row, repairs)
+    }
+
+    fn metadata(&self, row: &Row) -> serde_json::Map<String, serde_json::Value> {
+        PresetAdapter::metadata(self, row)
+    }
+}

@@ -140,3 +140,13 @@ fn assistant(content: &str, field: &str, repairs: &mut Repairs) -> Result<Messag
     }
     assistant_with_tool_calls(text, field, repairs)
 }
+
+impl super::Format for Qwen35FcAdapter {
+    fn configure(_: &super::Settings) -> Self {
+        Qwen35FcAdapter
+    }
+
+    fn adapt(&self, row: &Row, repairs: &mut Repairs) -> Result<Conversation, Reject> {
+        Qwen35FcAdapter::adapt(self, row, repairs)
+    }
+}

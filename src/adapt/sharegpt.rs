@@ -420,6 +420,42 @@ fn json_str(out: &mut Vec<u8>, s: &str) {
     out.push(b'"');
 }
 
+impl super::Format for ShareGptAdapter {
+    const READS: super::Reads = super::Reads {
+        columns: &[
+            super::Column::Messages,
+            super::Column::Tools,
+            super::Column::System,
+        ],
+        tags: true,
+        resolved_only: false,
+    };
+
+    fn configure(settings: &super::Settings) -> Self {
+        let mut a = ShareGptAdapter::default();
+        settings.column(super::Column::Messages, &mut a.conversations);
+        settings.column(super::Column::Tools, &mut a.tools);
+        settings.column(super::Column::System, &mut a.system);
+        let (t, pick) = (settings.tags, |v: &Option<String>, out: &mut String| {
+            if let Some(v) = v {
+                out.clone_from(v);
+            }
+        });
+        pick(&t.role_tag, &mut a.role_tag);
+        pick(&t.content_tag, &mut a.content_tag);
+        pick(&t.user_tag, &mut a.user_tag);
+        pick(&t.assistant_tag, &mut a.assistant_tag);
+        pick(&t.system_tag, &mut a.system_tag);
+        pick(&t.observation_tag, &mut a.observation_tag);
+        pick(&t.function_tag, &mut a.function_tag);
+        a
+    }
+
+    fn adapt(&self, row: &Row, repairs: &mut Repairs) -> Result<Conversation, Reject> {
+        ShareGptAdapter::adapt(self, row, repairs)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -160,6 +160,38 @@ fn shown(v: &Value) -> String {
     }
 }
 
+impl super::Format for SpeculatorAdapter {
+    const READS: super::Reads = super::Reads {
+        columns: &[
+            super::Column::InputIds,
+            super::Column::LossMask,
+            super::Column::Id,
+        ],
+        tags: false,
+        resolved_only: false,
+    };
+
+    fn configure(settings: &super::Settings) -> Self {
+        let mut a = SpeculatorAdapter::default();
+        settings.column(super::Column::InputIds, &mut a.input_ids);
+        settings.column(super::Column::LossMask, &mut a.loss_mask);
+        a.id = settings.column_given(super::Column::Id).cloned();
+        a
+    }
+
+    /// Never a conversation: the engine reads these rows with [`SpeculatorAdapter::read`].
+    fn adapt(
+        &self,
+        _row: &super::Row,
+        _repairs: &mut super::Repairs,
+    ) -> Result<crate::conversation::Conversation, Reject> {
+        Err(Reject::new(
+            RejectReason::InvalidField,
+            "format `speculator` rows are token ids, not a conversation",
+        ))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -261,6 +261,20 @@ fn schema_for(t: &str, depth: usize) -> Map<String, Value> {
     schema
 }
 
+impl super::Format for XlamAdapter {
+    fn configure(_: &super::Settings) -> Self {
+        XlamAdapter
+    }
+
+    fn adapt(&self, row: &Row, repairs: &mut Repairs) -> Result<Conversation, Reject> {
+        XlamAdapter::adapt(self, row, repairs)
+    }
+
+    fn metadata(&self, row: &Row) -> serde_json::Map<String, serde_json::Value> {
+        XlamAdapter::metadata(self, row)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

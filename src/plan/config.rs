@@ -1,6 +1,7 @@
 //! The pipeline YAML, exactly as written. [`super::compile`] turns it into a [`super::Plan`];
 //! no later stage sees these types.
 
+pub use crate::adapt::{ColumnsConfig, FormatName, TagsConfig};
 use crate::hub::HubEntry;
 pub use crate::model::LengthPolicy;
 pub use crate::render::RenderPolicy;
@@ -229,71 +230,6 @@ pub struct SourceConfig {
     /// of its own; absent: the pipeline's, if any.
     #[serde(default)]
     pub regenerate: Option<crate::regenerate::SourceRegenerate>,
-}
-
-/// A `format:` value. Each source-specific format's module docs (`src/adapt/`) list its
-/// repair and reject rules.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum FormatName {
-    /// OpenAI messages (`messages`, `tools`).
-    Openai,
-    /// ShareGPT / LLaMA-Factory `conversations` with tag mapping.
-    Sharegpt,
-    /// Alpaca `instruction` / `input` / `output` / `system` with column mapping.
-    Alpaca,
-    /// Open-Orca/OpenOrca: `id`, `system_prompt`, `question`, `response`.
-    Openorca,
-    /// sahil2801/CodeAlpaca-20k: `instruction`, `input`, `output`.
-    Codealpaca,
-    /// theblackcat102/evol-codealpaca-v1: `instruction`, `output`.
-    EvolCodealpaca,
-    /// ise-uiuc/Magicoder-OSS-Instruct-75K: `problem`, `solution`.
-    MagicoderOss,
-    /// ise-uiuc/Magicoder-Evol-Instruct-110K: `instruction`, `response`.
-    MagicoderEvol,
-    /// Agent trajectories: thoughtworks, SWE-smith, nebius SWE-agent / OpenHands, SWE-Gym.
-    Agentic,
-    /// glaiveai/glaive-function-calling-v2 raw `system` / `chat` text.
-    Glaive,
-    /// Mustafaege/qwen3.5-functioncalling-v2: role/content messages, tools in the system text.
-    Qwen35Fc,
-    /// NousResearch/hermes-function-calling-v1: ShareGPT with `<tool_call>` text.
-    Hermes,
-    /// Salesforce/xlam-function-calling-60k: `query`, `answers`, `tools`.
-    Xlam,
-    /// Pre-tokenized rows: `input_ids`, `loss_mask`, optional `primary_id` / `id`, as
-    /// speculators' regeneration writes them (docs/trainers.md).
-    Speculator,
-}
-
-/// Column mapping. Which keys apply depends on the format.
-#[derive(Debug, Default, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ColumnsConfig {
-    pub messages: Option<String>,
-    pub tools: Option<String>,
-    pub system: Option<String>,
-    pub instruction: Option<String>,
-    pub input: Option<String>,
-    pub output: Option<String>,
-    /// `speculator` only: the token ids, the loss mask and the row's id.
-    pub input_ids: Option<String>,
-    pub loss_mask: Option<String>,
-    pub id: Option<String>,
-}
-
-/// ShareGPT tag mapping (LLaMA-Factory names).
-#[derive(Debug, Default, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct TagsConfig {
-    pub role_tag: Option<String>,
-    pub content_tag: Option<String>,
-    pub user_tag: Option<String>,
-    pub assistant_tag: Option<String>,
-    pub system_tag: Option<String>,
-    pub observation_tag: Option<String>,
-    pub function_tag: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

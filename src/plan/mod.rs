@@ -8,17 +8,14 @@ pub mod paths;
 mod positions;
 mod suggest;
 
+pub use crate::adapt::FormatOptions;
 pub use crate::model::digest::sha256_hex;
 pub use inputs::{
     embedded_inputs, local_files, regenerated_models, template_kwargs, HubAccess, InputFile,
     UsedLock,
 };
 
-use crate::adapt::{
-    Adapter, AgenticAdapter, AlpacaAdapter, GlaiveAdapter, HermesAdapter, OpenAiAdapter,
-    OpenOrcaAdapter, Preset, PresetAdapter, Qwen35FcAdapter, ShareGptAdapter, SpeculatorAdapter,
-    XlamAdapter,
-};
+use crate::adapt::Adapter;
 use config::{
     ColumnsConfig, FormatName, LengthPolicy, PipelineConfig, RenderPolicy, SourceConfig,
     TagsConfig, Take,
@@ -513,14 +510,11 @@ fn pretokenized_conflicts(
 ) -> Vec<String> {
     let mut errors = Vec::new();
     for f in &source.filters {
-        if !matches!(
-            f,
-            crate::curate::filters::FilterConfig::Tokens(_)
-                | crate::curate::filters::FilterConfig::SupervisedTokens(_)
-        ) {
+        if f.reads_text() {
             errors.push(format!(
-                "filter `{}` reads text, and format `speculator` rows are token ids (only `tokens` and `supervised_tokens` filters apply)",
-                f.name()
+                "filter `{}` reads text, and format `speculator` rows are token ids (only {} filters apply)",
+                f.name(),
+                crate::curate::filters::FilterConfig::token_kinds()
             ));
         }
     }
@@ -645,12 +639,6 @@ pub fn selection_names<'a>(displays: impl Iterator<Item = &'a str> + Clone) -> V
         .collect()
 }
 
-/// Source options that are neither column nor tag mappings (`SourceConfig` fields).
-#[derive(Debug, Clone, Default)]
-pub struct FormatOptions {
-    pub resolved_only: Option<bool>,
-}
-
 /// Builds the adapter for a format, rejecting mapping keys and options the format does not use.
 pub fn adapter(
     format: FormatName,
@@ -658,149 +646,12 @@ pub fn adapter(
     tags: &TagsConfig,
     options: &FormatOptions,
 ) -> Result<Adapter, Vec<String>> {
-    let mut errors = Vec::new();
-    let mut unused = |name: &str, set: bool| {
-        if set {
-            errors.push(format!("`{name}` does not apply to this format"));
-        }
-    };
-    let pick = |v: &Option<String>, default: &mut String| {
-        if let Some(v) = v {
-            *default = v.clone();
-        }
-    };
-    let adapter = match format {
-        FormatName::Openai => {
-            let mut a = OpenAiAdapter::default();
-            pick(&columns.messages, &mut a.messages);
-            pick(&columns.tools, &mut a.tools);
-            unused("columns.system", columns.system.is_some());
-            unused("columns.instruction", columns.instruction.is_some());
-            unused("columns.input", columns.input.is_some());
-            unused("columns.output", columns.output.is_some());
-            unused_tags(tags, &mut unused);
-            Adapter::OpenAi(a)
-        }
-        FormatName::Sharegpt => {
-            let mut a = ShareGptAdapter::default();
-            pick(&columns.messages, &mut a.conversations);
-            pick(&columns.tools, &mut a.tools);
-            pick(&columns.system, &mut a.system);
-            unused("columns.instruction", columns.instruction.is_some());
-            unused("columns.input", columns.input.is_some());
-            unused("columns.output", columns.output.is_some());
-            pick(&tags.role_tag, &mut a.role_tag);
-            pick(&tags.content_tag, &mut a.content_tag);
-            pick(&tags.user_tag, &mut a.user_tag);
-            pick(&tags.assistant_tag, &mut a.assistant_tag);
-            pick(&tags.system_tag, &mut a.system_tag);
-            pick(&tags.observation_tag, &mut a.observation_tag);
-            pick(&tags.function_tag, &mut a.function_tag);
-            Adapter::ShareGpt(a)
-        }
-        FormatName::Alpaca => {
-            let mut a = AlpacaAdapter::default();
-            pick(&columns.instruction, &mut a.instruction);
-            pick(&columns.output, &mut a.output);
-            if let Some(input) = &columns.input {
-                a.input = Some(input.clone());
-            }
-            if let Some(system) = &columns.system {
-                a.system = Some(system.clone());
-            }
-            unused("columns.messages", columns.messages.is_some());
-            unused("columns.tools", columns.tools.is_some());
-            unused_tags(tags, &mut unused);
-            Adapter::Alpaca(a)
-        }
-        // Source-specific formats read their source's exact columns.
-        FormatName::Openorca => Adapter::OpenOrca(OpenOrcaAdapter),
-        FormatName::Codealpaca => Adapter::Preset(PresetAdapter::new(Preset::CodeAlpaca)),
-        FormatName::EvolCodealpaca => Adapter::Preset(PresetAdapter::new(Preset::EvolCodeAlpaca)),
-        FormatName::MagicoderOss => Adapter::Preset(PresetAdapter::new(Preset::MagicoderOss)),
-        FormatName::MagicoderEvol => Adapter::Preset(PresetAdapter::new(Preset::MagicoderEvol)),
-        FormatName::Agentic => Adapter::Agentic(AgenticAdapter {
-            resolved_only: options.resolved_only.unwrap_or(false),
-        }),
-        FormatName::Glaive => Adapter::Glaive(GlaiveAdapter),
-        FormatName::Qwen35Fc => Adapter::Qwen35Fc(Qwen35FcAdapter),
-        FormatName::Hermes => Adapter::Hermes(HermesAdapter),
-        FormatName::Xlam => Adapter::Xlam(XlamAdapter),
-        FormatName::Speculator => {
-            let mut a = SpeculatorAdapter::default();
-            pick(&columns.input_ids, &mut a.input_ids);
-            pick(&columns.loss_mask, &mut a.loss_mask);
-            a.id.clone_from(&columns.id);
-            for (name, set) in [
-                ("columns.messages", &columns.messages),
-                ("columns.tools", &columns.tools),
-                ("columns.system", &columns.system),
-                ("columns.instruction", &columns.instruction),
-                ("columns.input", &columns.input),
-                ("columns.output", &columns.output),
-            ] {
-                unused(name, set.is_some());
-            }
-            unused_tags(tags, &mut unused);
-            Adapter::Speculator(a)
-        }
-    };
-    if format != FormatName::Speculator {
-        unused("columns.input_ids", columns.input_ids.is_some());
-        unused("columns.loss_mask", columns.loss_mask.is_some());
-        unused("columns.id", columns.id.is_some());
-    }
-    unused(
-        "resolved_only",
-        format != FormatName::Agentic && options.resolved_only.is_some(),
-    );
-    let generic = matches!(
+    Adapter::configure(&crate::adapt::Settings {
         format,
-        FormatName::Openai | FormatName::Sharegpt | FormatName::Alpaca | FormatName::Speculator
-    );
-    if !generic {
-        let c = columns;
-        let any_column = [
-            &c.messages,
-            &c.tools,
-            &c.system,
-            &c.instruction,
-            &c.input,
-            &c.output,
-        ]
-        .iter()
-        .any(|v| v.is_some());
-        unused_tags(tags, &mut unused);
-        if any_column {
-            errors.push(
-                "`columns` does not apply to this format: it reads its source's exact columns \
-                 (for a mirror with renamed columns use `openai`, `sharegpt` or `alpaca`)"
-                    .to_owned(),
-            );
-        }
-    }
-
-    if errors.is_empty() {
-        Ok(adapter)
-    } else {
-        Err(errors)
-    }
-}
-
-fn unused_tags(tags: &TagsConfig, unused: &mut impl FnMut(&str, bool)) {
-    let t = tags;
-    let any = [
-        &t.role_tag,
-        &t.content_tag,
-        &t.user_tag,
-        &t.assistant_tag,
-        &t.system_tag,
-        &t.observation_tag,
-        &t.function_tag,
-    ]
-    .iter()
-    .any(|v| v.is_some());
-    unused("tags", any);
+        columns,
+        tags,
+        options,
+    })
 }
 
 #[cfg(test)]
