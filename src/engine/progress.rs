@@ -840,6 +840,59 @@ mod tests {
     }
 
     #[test]
+    fn the_scan_measures_a_work_rows_cost_and_the_work_pass_its_recent_rate() {
+        let t0 = Instant::now();
+        let at = |ms: u64| t0 + Duration::from_millis(ms);
+        let close = |a: f64, b: f64| (a - b).abs() < 1e-9;
+        let mut s = state(vec![vec![bytes(10_000)]], vec![None]);
+        s.start(0, Pass::Scan, at(0));
+        for _ in 0..100 {
+            s.scanned(0, 10);
+        }
+        s.done(100, 80, 0, at(1000));
+        // Two rows the scan dropped (0.5 ms each) and seven candidates: scanned in 1 ms,
+        // worked in 3 ms.
+        for _ in 0..2 {
+            s.sampled(WorkSample {
+                scan_ns: 500_000,
+                work: None,
+            });
+        }
+        let candidate = WorkSample {
+            scan_ns: 1_000_000,
+            work: Some((3_000_000, 50)),
+        };
+        for _ in 0..7 {
+            s.sampled(candidate);
+        }
+        // 1,000 of 10,000 bytes in 1 s: 9 s of scan left; 80 candidates per 1,000 bytes:
+        // 800 work rows, a scan row 10 ms. Seven samples are too few: the constant.
+        let eta = |s: &State, ms| s.snapshot(at(ms)).eta.expect("an eta");
+        let per_row = 0.01 * WORK_PER_SCAN_ROW;
+        let expected = 9.0 + 800.0 * per_row * (1.0 + SHARD_PER_WORK_ROW);
+        assert!(close(eta(&s, 1000), expected), "{}", eta(&s, 1000));
+        // The eighth: a work row costs 3 ms / (10 ms / 11 rows... ) = 3 / 0.9 scan rows.
+        s.sampled(candidate);
+        let per_row = 0.01 * (3.0 / 0.9);
+        let expected = 9.0 + 800.0 * per_row * (1.0 + SHARD_PER_WORK_ROW);
+        assert!(close(eta(&s, 1000), expected), "{}", eta(&s, 1000));
+        assert!(close(expected, 45.8), "{expected}");
+        // The work pass: 256 rows in its first 12 s (slow), then 300 rows in 3 s. Its rate is
+        // the whole pass's until the last 10 s hold 256 rows, then theirs.
+        s.start(0, Pass::Work { rows: 800 }, at(10_000));
+        s.done(256, 256, 0, at(22_000));
+        let per_row = 12.0 / 256.0;
+        let expected = 544.0 * per_row + 800.0 * per_row * SHARD_PER_WORK_ROW;
+        assert!(close(eta(&s, 22_000), expected), "{}", eta(&s, 22_000));
+        s.done(556, 556, 0, at(25_000));
+        let expected = 244.0 * 0.01 + 800.0 * 0.01 * SHARD_PER_WORK_ROW;
+        assert!(close(eta(&s, 25_000), expected), "{}", eta(&s, 25_000));
+        assert!(close(expected, 5.48), "{expected}");
+        let snap = s.snapshot(at(25_000));
+        assert_eq!((snap.elapsed, snap.percent()), (25.0, 82));
+    }
+
+    #[test]
     fn a_file_read_past_its_estimate_grows_the_total() {
         let t0 = Instant::now();
         let mut s = state(vec![vec![bytes(100), FileUnits::of(None)]], vec![None]);
