@@ -217,7 +217,14 @@ pub struct Dropped {
     pub filter: String,
     /// What failed, e.g. `language zh (0.93) not in [en]`.
     pub detail: String,
+    /// The text the filter judged, at most [`EVIDENCE_CHARS`] characters of it (a regex's
+    /// match in context, what language detection read, the repeated passage); `None` for a
+    /// count (turns, tokens).
+    pub text: Option<String>,
 }
+
+/// Characters of the judged text a dropped row records (`text` in `filtered.jsonl`).
+pub const EVIDENCE_CHARS: usize = 200;
 
 /// The filters of one source (global ones first), checked and ready to run.
 #[derive(Debug, Default)]
@@ -246,7 +253,8 @@ enum ContentCheck {
     },
     Regex {
         include: Option<(RegexSet, Vec<String>)>,
-        exclude: Option<(RegexSet, Vec<String>)>,
+        /// Each pattern compiled on its own too, to find a dropped row's match.
+        exclude: Option<(RegexSet, Vec<String>, Vec<regex::Regex>)>,
         scope: Scope,
     },
     Repetition(Box<RepetitionFilter>),
@@ -449,17 +457,20 @@ impl Filters {
                     if patterns.is_empty() {
                         return Ok(None);
                     }
-                    for p in patterns {
-                        regex::Regex::new(p).map_err(|error| FilterProblem::Pattern {
-                            pattern: p.clone(),
-                            error,
-                        })?;
-                    }
+                    let each = patterns
+                        .iter()
+                        .map(|p| {
+                            regex::Regex::new(p).map_err(|error| FilterProblem::Pattern {
+                                pattern: p.clone(),
+                                error,
+                            })
+                        })
+                        .collect::<Result<Vec<_>, _>>()?;
                     let set = RegexSet::new(patterns).map_err(FilterProblem::PatternSet)?;
-                    Ok(Some((set, patterns.to_vec())))
+                    Ok(Some((set, patterns.to_vec(), each)))
                 };
                 ContentCheck::Regex {
-                    include: set(&r.include)?,
+                    include: set(&r.include)?.map(|(set, patterns, _)| (set, patterns)),
                     exclude: set(&r.exclude)?,
                     scope: r.scope,
                 }
@@ -526,6 +537,7 @@ impl Filters {
                 return Err(Dropped {
                     filter: f.name.clone(),
                     detail,
+                    text: f.check.evidence(row),
                 });
             }
         }
@@ -544,6 +556,7 @@ impl Filters {
                 return Err(Dropped {
                     filter: f.name.clone(),
                     detail,
+                    text: None,
                 });
             }
         }
@@ -639,7 +652,7 @@ impl ContentCheck {
                 scope,
             } => {
                 let text = row.scope(*scope);
-                if let Some((set, patterns)) = exclude {
+                if let Some((set, patterns, _)) = exclude {
                     if let Some(i) = set.matches(text).iter().next() {
                         return Some(format!("matches exclude pattern `{}`", patterns[i]));
                     }
@@ -656,6 +669,100 @@ impl ContentCheck {
             }
             ContentCheck::Repetition(r) => {
                 repetition(r, row.scope(r.scope), || row.normalized(r.scope))
+            }
+        }
+    }
+}
+
+/// At most [`EVIDENCE_CHARS`] characters of `text` around its bytes `start..end` (a match:
+/// itself first, then context evenly either side), with `…` where it is cut.
+fn around(text: &str, start: usize, end: usize) -> String {
+    let matched = &text[start..end];
+    let inside = matched.chars().count();
+    if inside >= EVIDENCE_CHARS {
+        let cut = prefix(matched, EVIDENCE_CHARS);
+        let before = if start > 0 { "…" } else { "" };
+        return format!("{before}{cut}…");
+    }
+    let context = (EVIDENCE_CHARS - inside) / 2;
+    let before_text = &text[..start];
+    let before_start = before_text
+        .char_indices()
+        .rev()
+        .nth(context.saturating_sub(1))
+        .map_or(0, |(i, _)| i);
+    let before_start = if context == 0 { start } else { before_start };
+    let after = prefix(&text[end..], context);
+    format!(
+        "{}{}{matched}{after}{}",
+        if before_start > 0 { "…" } else { "" },
+        &text[before_start..start],
+        if end + after.len() < text.len() {
+            "…"
+        } else {
+            ""
+        },
+    )
+}
+
+/// The first [`EVIDENCE_CHARS`] characters of `text`, with `…` if it goes on.
+fn head(text: &str) -> String {
+    let cut = prefix(text, EVIDENCE_CHARS);
+    let more = if cut.len() < text.len() { "…" } else { "" };
+    format!("{cut}{more}")
+}
+
+impl ContentCheck {
+    /// The text a check that dropped `row` judged (see [`Dropped::text`]): run only on rows
+    /// dropped, so it may search again what the check found.
+    fn evidence(&self, row: &RowText) -> Option<String> {
+        match self {
+            ContentCheck::Turns(_) => None,
+            ContentCheck::AssistantChars(_) => {
+                let c = row.conversation();
+                let texts: Vec<String> = c
+                    .messages
+                    .iter()
+                    .filter(|m| m.role == Role::Assistant)
+                    .map(text::message_text)
+                    .collect();
+                // The turn the bound failed on: the shortest or the longest.
+                let pick = texts.iter().min_by_key(|t| t.chars().count());
+                let longest = texts.iter().max_by_key(|t| t.chars().count());
+                let chosen = match self.check(row) {
+                    Some(detail) if detail.contains("> max") => longest,
+                    _ => pick,
+                };
+                chosen.map(|t| head(t))
+            }
+            ContentCheck::Language { scope, .. } => Some(head(row.scope(*scope))),
+            ContentCheck::Regex { exclude, scope, .. } => {
+                let text = row.scope(*scope);
+                let found = exclude.as_ref().and_then(|(set, _, each)| {
+                    let i = set.matches(text).iter().next()?;
+                    each.get(i)?.find(text)
+                });
+                Some(match found {
+                    Some(m) => around(text, m.start(), m.end()),
+                    None => head(text),
+                })
+            }
+            ContentCheck::Repetition(r) => {
+                let text = row.scope(r.scope);
+                // The first line, else paragraph, seen twice: what repeats.
+                let mut seen = HashSet::new();
+                let line = lines(text)
+                    .map(str::trim)
+                    .filter(|l| has_alphanumeric(l))
+                    .find(|l| !seen.insert(*l));
+                let repeated = line.map(str::to_owned).or_else(|| {
+                    let mut seen = HashSet::new();
+                    paragraphs(text)
+                        .into_iter()
+                        .find(|p| !seen.insert(p.clone()))
+                        .map(|p| p.into_owned())
+                });
+                Some(head(repeated.as_deref().unwrap_or(text)))
             }
         }
     }
@@ -1381,6 +1488,63 @@ mod tests {
         );
     }
 
+    fn judged(f: &Filters, c: &Conversation) -> Option<String> {
+        f.check_content(c).err().and_then(|d| d.text)
+    }
+
+    #[test]
+    fn a_dropped_row_records_the_text_its_filter_judged() {
+        // A regex: its match, with context evenly either side, cut to EVIDENCE_CHARS.
+        let f = compile(
+            r#"- regex: {name: refusals, exclude: ["(?i)as an ai language model"], scope: assistant}"#,
+        );
+        let short = chat(&[
+            ("user", "hi"),
+            ("assistant", "Sorry. As an AI language model, I can't."),
+        ]);
+        assert_eq!(
+            judged(&f, &short).as_deref(),
+            Some("Sorry. As an AI language model, I can't.")
+        );
+        let long = format!(
+            "{}As an AI language model{}",
+            "a".repeat(300),
+            "b".repeat(300)
+        );
+        let expected = format!(
+            "…{}As an AI language model{}…",
+            "a".repeat(88),
+            "b".repeat(88)
+        );
+        let long = chat(&[("user", "hi"), ("assistant", long.as_str())]);
+        assert_eq!(judged(&f, &long), Some(expected));
+        // Language: the scope's text the detector read (its first EVIDENCE_CHARS characters).
+        let f = compile("- language: {keep: [en]}");
+        let de = chat(&[
+            ("user", "Kannst du mir bitte erklären, wie der Garbage Collector in Java entscheidet, welche Objekte freigegeben werden?"),
+            ("assistant", "Ja."),
+        ]);
+        assert_eq!(
+            judged(&f, &de).as_deref(),
+            Some("Kannst du mir bitte erklären, wie der Garbage Collector in Java entscheidet, welche Objekte freigegeben werden?")
+        );
+        let long = format!("Wie geht es dir heute? {}", "Sehr gut, danke. ".repeat(20));
+        let text = judged(&f, &chat(&[("user", long.as_str()), ("assistant", "x")]))
+            .expect("German is dropped");
+        assert_eq!(text.chars().count(), EVIDENCE_CHARS + 1);
+        assert!(text.starts_with("Wie geht es dir heute? Sehr gut") && text.ends_with("…"));
+        // Repetition: the passage that repeats.
+        let f = compile("- repetition: {}");
+        let rep = "Intro line here.\nBuy now, limited offer!\nBuy now, limited offer!\nBuy now, limited offer!";
+        assert_eq!(
+            judged(&f, &chat(&[("user", "q"), ("assistant", rep)])).as_deref(),
+            Some("Buy now, limited offer!")
+        );
+        // A count judges no text.
+        let f = compile("- turns: {min: 3}");
+        assert_eq!(judged(&f, &short), None);
+    }
+
     #[test]
     fn regex_include_and_exclude_on_a_scope() {
         let f = compile(
@@ -1530,14 +1694,16 @@ mod tests {
             f.check_tokens(11, 0),
             Err(Dropped {
                 filter: "tokens".into(),
-                detail: "tokens 11 > max 10".into()
+                detail: "tokens 11 > max 10".into(),
+                text: None,
             })
         );
         assert_eq!(
             f.check_tokens(5, 1),
             Err(Dropped {
                 filter: "sup".into(),
-                detail: "supervised tokens 1 < min 2".into()
+                detail: "supervised tokens 1 < min 2".into(),
+                text: None,
             })
         );
         // Token filters never drop on content.

@@ -564,7 +564,12 @@ enum ScanOutcome {
 #[derive(serde::Serialize, serde::Deserialize)]
 pub enum ScanRow {
     Rejected(Reject),
-    Filtered { filter: String, detail: String },
+    /// `text`: what the filter judged ([`Dropped::text`]).
+    Filtered {
+        filter: String,
+        detail: String,
+        text: Option<String>,
+    },
     Candidate(Scanned),
 }
 
@@ -666,8 +671,13 @@ impl Context<'_> {
                         write_note(out.sinks.rejects, self.plan, &n, "rejects.jsonl")?;
                         RowEvent::Rejected(reject.reason)
                     }
-                    ScanRow::Filtered { filter, detail } => {
-                        let n = note(filter.clone(), detail, Vec::new());
+                    ScanRow::Filtered {
+                        filter,
+                        detail,
+                        text,
+                    } => {
+                        let extra = text.map(|t| ("text", t)).into_iter().collect();
+                        let n = note(filter.clone(), detail, extra);
                         write_note(out.sinks.filtered, self.plan, &n, "filtered.jsonl")?;
                         RowEvent::Filtered(filter)
                     }
@@ -771,6 +781,7 @@ impl Context<'_> {
                 return ScanRow::Filtered {
                     filter: reason.code().to_owned(),
                     detail: String::new(),
+                    text: None,
                 }
             }
         };
@@ -779,6 +790,7 @@ impl Context<'_> {
             Err(dropped) => ScanRow::Filtered {
                 filter: dropped.filter,
                 detail: dropped.detail,
+                text: dropped.text,
             },
         }
     }
@@ -1554,6 +1566,7 @@ fn skip_row(skip: Skip) -> ScanRow {
         Skip::Filtered(reason) => ScanRow::Filtered {
             filter: reason.code().to_owned(),
             detail: String::new(),
+            text: None,
         },
     }
 }
