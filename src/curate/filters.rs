@@ -675,7 +675,8 @@ impl ContentCheck {
 }
 
 /// At most [`EVIDENCE_CHARS`] characters of `text` around its bytes `start..end` (a match:
-/// itself first, then context evenly either side), with `…` where it is cut.
+/// itself first, then context evenly either side, what one side lacks going to the other),
+/// with `…` where it is cut.
 fn around(text: &str, start: usize, end: usize) -> String {
     let matched = &text[start..end];
     let inside = matched.chars().count();
@@ -684,19 +685,23 @@ fn around(text: &str, start: usize, end: usize) -> String {
         let before = if start > 0 { "…" } else { "" };
         return format!("{before}{cut}…");
     }
-    let context = (EVIDENCE_CHARS - inside) / 2;
-    let before_text = &text[..start];
-    let before_start = before_text
+    let budget = EVIDENCE_CHARS - inside;
+    let (before, after) = (&text[..start], &text[end..]);
+    let after_chars = after.chars().take(budget).count();
+    let before_chars = before.chars().rev().take(budget).count();
+    let take_before = before_chars.min((budget / 2).max(budget - after_chars));
+    let take_after = budget - take_before;
+    let from = before
         .char_indices()
         .rev()
-        .nth(context.saturating_sub(1))
-        .map_or(0, |(i, _)| i);
-    let before_start = if context == 0 { start } else { before_start };
-    let after = prefix(&text[end..], context);
+        .nth(take_before.wrapping_sub(1))
+        .map_or(start, |(i, _)| i);
+    let from = if take_before == 0 { start } else { from };
+    let after = prefix(after, take_after);
     format!(
         "{}{}{matched}{after}{}",
-        if before_start > 0 { "…" } else { "" },
-        &text[before_start..start],
+        if from > 0 { "…" } else { "" },
+        &text[from..start],
         if end + after.len() < text.len() {
             "…"
         } else {
@@ -1514,10 +1519,15 @@ mod tests {
         let expected = format!(
             "…{}As an AI language model{}…",
             "a".repeat(88),
-            "b".repeat(88)
+            "b".repeat(89)
         );
         let long = chat(&[("user", "hi"), ("assistant", long.as_str())]);
         assert_eq!(judged(&f, &long), Some(expected));
+        // At the start: the context all after it.
+        let first = format!("As an AI language model{}", "b".repeat(300));
+        let expected = format!("As an AI language model{}…", "b".repeat(177));
+        let first = chat(&[("user", "hi"), ("assistant", first.as_str())]);
+        assert_eq!(judged(&f, &first), Some(expected));
         // Language: the scope's text the detector read (its first EVIDENCE_CHARS characters).
         let f = compile("- language: {keep: [en]}");
         let de = chat(&[
