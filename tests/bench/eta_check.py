@@ -3,13 +3,15 @@
 (the curated build of bench.py) and compares the ETA each progress line printed with the time
 the build actually took from then on.
 
-Usage: eta_check.py CHATSHARDS [--rows N] [--threads T] [--workdir DIR] [--json OUT]
+Usage: eta_check.py CHATSHARDS [--rows N] [--turns K] [--threads T] [--workdir DIR] [--json OUT]
 
 The progress line is forced onto a non-terminal every second (CHATSHARDS_PROGRESS_INTERVAL=1).
 For the first line at or past 10, 20, ..., 90 percent it prints the phase, the ETA shown, the
 actual time left (until the process exits) and the error (ETA - actual) / actual, as a
 markdown table, plus each phase's start. Rows come from gen_synthetic.py (seed 0), so the same
-N gives the same input wherever the same Python version runs.
+N gives the same input wherever the same Python version runs; with --turns K every row is
+one shape instead (gen_synthetic.py's linearity rows: K = 4 a short chat, more an agentic
+trajectory of K turns).
 """
 import argparse
 import json
@@ -41,13 +43,16 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("chatshards", help="the binary to measure (a release build)")
     ap.add_argument("--rows", type=int, default=300_000)
+    ap.add_argument("--turns", type=int, help="every row this many turns (even, >= 4)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--workdir", default="/tmp/chatshards-eta")
     ap.add_argument("--json", help="also write the lines and the table here")
     args = ap.parse_args()
     work = Path(args.workdir)
     work.mkdir(parents=True, exist_ok=True)
-    data = bench.gen(sys.executable, args.rows, work / f"synthetic-{args.rows}.jsonl")
+    shape = f"-{args.turns}turns" if args.turns else ""
+    data = bench.gen(sys.executable, args.rows, work / f"synthetic-{args.rows}{shape}.jsonl",
+                     args.turns)
     out = work / "out-eta"
     pipeline = work / "eta.yaml"
     pipeline.write_text(
