@@ -15,5 +15,5 @@ pub mod session;
 
 pub use run::{
     run, run_journaled, scan_part, NoProgress, Pass, Progress, RunError, RunOutput, ScanRow, Sinks,
-    JOB_BYTES, JOB_MAX_ROWS,
+    WorkSample, JOB_BYTES, JOB_MAX_ROWS,
 };

@@ -37,7 +37,8 @@ use std::io::{self, BufReader, BufWriter, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-const PART_FORMAT: u32 = 2;
+/// 3: a filtered row carries the text its filter judged.
+const PART_FORMAT: u32 = 3;
 
 /// Which part of how many.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

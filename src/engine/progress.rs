@@ -9,21 +9,28 @@
 //! scan's measured rate. The work passes render and tokenize only rows that can be selected:
 //! once a source's work pass starts, its row count is known; before, it is estimated as the
 //! rows the scan kept as candidates (for sources not scanned yet, at the candidates per byte
-//! seen so far), at most the source's `take`. Their time per row is measured once enough
-//! work rows are done, and before that taken as [`WORK_PER_SCAN_ROW`] times the scan's time
-//! per row. The shard phase (writing the Arrow files from the spill) is estimated before it
-//! starts as [`SHARD_PER_WORK_ROW`] of a work row per row, then measured. The percent shown is
-//! the time spent over the time spent plus the ETA, and never goes down: a later, larger
-//! estimate holds the percent until the build catches up with it.
+//! seen so far), at most the source's `take`. Their time per row is, once enough work rows
+//! are done, the work passes' rate over their last [`WORK_WINDOW`] seconds; before, the scan's
+//! time per row times what the scan measured of the two on the same rows: it times one row in
+//! [`WORK_SAMPLE_EVERY`](super::run::WORK_SAMPLE_EVERY) through the work as well
+//! ([`WorkSample`]), so the ratio is this build's, on this machine, for these rows (scaled by
+//! [`BATCHED_PER_SAMPLED`]: a row worked alone runs colder than in a batch; the
+//! constant [`WORK_PER_SCAN_ROW`] stands in only where nothing was sampled: a merge, a
+//! pre-tokenized or regenerated source). The shard phase (reading the spill back, writing the
+//! Arrow files in parallel, hashing them) is estimated before it starts as
+//! [`SHARD_PER_WORK_ROW`] of a work row per row (both cost in proportion to a row's tokens and
+//! run on the same pool), then measured. The percent shown is the time spent over the time
+//! spent plus the ETA, and never goes down: a later, larger estimate holds the percent until
+//! the build catches up with it. docs/progress.md has the measured errors.
 
-use super::{Pass, Progress};
+use super::{Pass, Progress, WorkSample};
 use crate::hub::{FetchProgress, ResolvedFile};
 use crate::plan::Plan;
 use crate::printer::Printer;
 use crate::read::{file_size, FileSize};
 use crate::report::SourceStats;
 use indicatif::{HumanBytes, MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::io::IsTerminal;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
@@ -36,14 +43,29 @@ pub const LINE_INTERVAL: Duration = Duration::from_secs(5);
 /// fewer lines.
 pub const INTERVAL_VARIABLE: &str = "CHATSHARDS_PROGRESS_INTERVAL";
 
-/// Before any work pass has been measured, a work row (render, tokenize, mask) is taken to
-/// cost this many scanned rows (parse, adapt, validate, curation hashes): what a 300K-row
-/// build of real mixed chat data showed. Only the ETAs before the first work pass depend on it.
-pub const WORK_PER_SCAN_ROW: f64 = 8.0;
+/// Where the scan sampled no work (a merge, pre-tokenized or regenerated rows), a work row
+/// (render, tokenize, mask) is taken to cost this many scanned rows (parse, adapt, validate,
+/// curation hashes) until a work pass is measured: what a 300K-row curated build showed.
+pub const WORK_PER_SCAN_ROW: f64 = 2.25;
 
 /// Before the shard phase is measured, writing a row into the shards is taken to cost this
-/// share of a work row (about 25 s of shards after 181 s of work passes on a 300K-row build).
-pub const SHARD_PER_WORK_ROW: f64 = 0.15;
+/// share of a work row (0.216 and 0.205 on 300K- and 100K-row curated builds:
+/// docs/progress.md).
+pub const SHARD_PER_WORK_ROW: f64 = 0.21;
+
+/// A row worked alone (the scan's sample: a batch of one, its stages' code and tables cold)
+/// costs more than in the work pass's batches: the sampled ratio is scaled by this (a work
+/// row's measured cost over its sampled one: 0.78 and 0.71 on 300K- and 100K-row curated
+/// builds).
+const BATCHED_PER_SAMPLED: f64 = 0.75;
+
+/// Sampled candidates the scan must have timed before their ratio replaces
+/// [`WORK_PER_SCAN_ROW`].
+const MEASURED_SAMPLES: u64 = 8;
+
+/// The work passes' rate is taken over their last this many seconds (the current source's
+/// rows, warmed caches), once [`MEASURED_WORK_ROWS`] rows are in it.
+const WORK_WINDOW: f64 = 10.0;
 
 /// Shard rows written before their own rate replaces the estimate.
 const MEASURED_SHARD_ROWS: u64 = 1024;
@@ -213,8 +235,14 @@ impl Progress for BuildProgress {
     fn rows_done(&self, rows: u64, kept: u64, tokens: u64) {
         if let Ok(mut state) = self.state.lock() {
             let now = Instant::now();
-            state.done(rows, kept, tokens);
+            state.done(rows, kept, tokens, now);
             self.show(&mut state, now);
+        }
+    }
+
+    fn work_sampled(&self, sample: WorkSample) {
+        if let Ok(mut state) = self.state.lock() {
+            state.sampled(sample);
         }
     }
 
@@ -304,9 +332,33 @@ struct ShardPhase {
     done: u64,
 }
 
+/// What the scans' [`WorkSample`]s add up to.
+#[derive(Debug, Default, Clone, Copy)]
+struct Samples {
+    scan_ns: u64,
+    scan_rows: u64,
+    work_ns: u64,
+    work_rows: u64,
+}
+
+impl Samples {
+    /// A work row's cost in scanned rows, once enough candidates were timed.
+    fn work_per_scan_row(&self) -> Option<f64> {
+        (self.work_rows >= MEASURED_SAMPLES && self.scan_ns > 0 && self.work_ns > 0).then(|| {
+            (self.work_ns as f64 / self.work_rows as f64)
+                / (self.scan_ns as f64 / self.scan_rows as f64)
+                * BATCHED_PER_SAMPLED
+        })
+    }
+}
+
 struct State {
     /// The largest fraction shown so far: the percent never goes back.
     shown: f64,
+    samples: Samples,
+    /// (work seconds, work rows done) as the work passes went, back to the last mark at least
+    /// [`WORK_WINDOW`] seconds before the newest.
+    work_marks: VecDeque<(f64, u64)>,
     shards: Option<ShardPhase>,
     sources: Vec<SourceSize>,
     runs: Vec<SourceRun>,
@@ -373,6 +425,8 @@ impl State {
             .collect();
         State {
             shown: 0.0,
+            samples: Samples::default(),
+            work_marks: VecDeque::new(),
             shards: None,
             sources,
             runs,
@@ -428,8 +482,8 @@ impl State {
         run.extra_units += (run.scanned[file] - size.total.max(before)).max(0.0);
     }
 
-    fn done(&mut self, rows: u64, kept: u64, _tokens: u64) {
-        let Some((source, pass, _, base)) = self.pass else {
+    fn done(&mut self, rows: u64, kept: u64, _tokens: u64, now: Instant) {
+        let Some((source, pass, started, base)) = self.pass else {
             return;
         };
         let run = &mut self.runs[source];
@@ -438,8 +492,50 @@ impl State {
                 run.read = rows;
                 run.candidates = kept;
             }
-            Pass::Work { .. } => run.work_done = base + rows,
+            Pass::Work { .. } => {
+                run.work_done = base + rows;
+                let secs = self.work_secs + now.duration_since(started).as_secs_f64();
+                let rows: u64 = self.runs.iter().map(|r| r.work_done).sum();
+                self.work_marks.push_back((secs, rows));
+                while self
+                    .work_marks
+                    .get(1)
+                    .is_some_and(|&(at, _)| at <= secs - WORK_WINDOW)
+                {
+                    self.work_marks.pop_front();
+                }
+            }
         }
+    }
+
+    fn sampled(&mut self, sample: WorkSample) {
+        let s = &mut self.samples;
+        s.scan_ns += sample.scan_ns;
+        s.scan_rows += 1;
+        if let Some((ns, _tokens)) = sample.work {
+            s.work_ns += ns;
+            s.work_rows += 1;
+        }
+    }
+
+    /// Seconds a work row takes: the work passes' recent rate once measured, else the scan's
+    /// time per row times a work row's cost in scanned rows (sampled, or the constant).
+    fn work_secs_per_row(&self, scan: (f64, u64), work: (f64, u64)) -> Option<f64> {
+        let (scan_secs, scan_rows) = scan;
+        let (work_secs, work_rows) = work;
+        if let Some(&(secs, rows)) = self.work_marks.front() {
+            if work_rows >= rows + MEASURED_WORK_ROWS && work_secs > secs {
+                return Some((work_secs - secs) / (work_rows - rows) as f64);
+            }
+        }
+        if work_rows >= MEASURED_WORK_ROWS && work_secs > 0.0 {
+            return Some(work_secs / work_rows as f64);
+        }
+        let ratio = self
+            .samples
+            .work_per_scan_row()
+            .unwrap_or(WORK_PER_SCAN_ROW);
+        (scan_rows > 0).then(|| scan_secs / scan_rows as f64 * ratio)
     }
 
     /// The fraction to show for `s`: its own, or the largest shown before.
@@ -514,13 +610,8 @@ impl State {
                 (expected - run.work_done as f64).max(0.0)
             })
             .sum();
-        let work_secs_per_row = if work_rows >= MEASURED_WORK_ROWS && work_secs > 0.0 {
-            Some(work_secs / work_rows as f64)
-        } else if scan_rows > 0 {
-            Some(scan_secs / scan_rows as f64 * WORK_PER_SCAN_ROW)
-        } else {
-            None
-        };
+        let work_secs_per_row =
+            self.work_secs_per_row((scan_secs, scan_rows), (work_secs, work_rows));
         // Rows the shards will get: what the work passes queue (or are expected to).
         let work_total: f64 = work_left + work_rows as f64;
         let shard_secs = self
@@ -714,7 +805,7 @@ mod tests {
         for _ in 0..50 {
             s.scanned(0, 10);
         }
-        s.done(50, 40, 0);
+        s.done(50, 40, 0, at(1000));
         // 500 of 4,000 bytes in 1 s, 40 candidates per 500 bytes, 50 rows a second.
         let snap = s.snapshot(at(1000));
         let scan_left = 3500.0 / 500.0;
@@ -740,9 +831,9 @@ mod tests {
             + (40.0 + 10.0) * (2.0 / 50.0) * WORK_PER_SCAN_ROW * (1.0 + SHARD_PER_WORK_ROW);
         assert!((eta - expected).abs() < 1e-9, "{eta} {expected}");
         // Work passes: the queued rows replace the estimate; the measured rate takes over.
-        s.done(300, 30, 0);
+        s.done(300, 30, 0, at(2900));
         s.start(0, Pass::Work { rows: 40 }, at(3000));
-        s.done(20, 20, 500);
+        s.done(20, 20, 500, at(3500));
         let snap = s.snapshot(at(3500));
         assert_eq!(snap.phase, "work s0");
         assert_eq!((snap.rows, snap.rows_per_sec), (20, 40.0));
@@ -758,13 +849,67 @@ mod tests {
     }
 
     #[test]
+    fn the_scan_measures_a_work_rows_cost_and_the_work_pass_its_recent_rate() {
+        let t0 = Instant::now();
+        let at = |ms: u64| t0 + Duration::from_millis(ms);
+        let close = |a: f64, b: f64| (a - b).abs() < 1e-9;
+        let mut s = state(vec![vec![bytes(10_000)]], vec![None]);
+        s.start(0, Pass::Scan, at(0));
+        for _ in 0..100 {
+            s.scanned(0, 10);
+        }
+        s.done(100, 80, 0, at(1000));
+        // Two rows the scan dropped (0.5 ms each) and seven candidates: scanned in 1 ms,
+        // worked in 3 ms.
+        for _ in 0..2 {
+            s.sampled(WorkSample {
+                scan_ns: 500_000,
+                work: None,
+            });
+        }
+        let candidate = WorkSample {
+            scan_ns: 1_000_000,
+            work: Some((3_000_000, 50)),
+        };
+        for _ in 0..7 {
+            s.sampled(candidate);
+        }
+        // 1,000 of 10,000 bytes in 1 s: 9 s of scan left; 80 candidates per 1,000 bytes:
+        // 800 work rows, a scan row 10 ms. Seven samples are too few: the constant.
+        let eta = |s: &State, ms| s.snapshot(at(ms)).eta.expect("an eta");
+        let per_row = 0.01 * WORK_PER_SCAN_ROW;
+        let expected = 9.0 + 800.0 * per_row * (1.0 + SHARD_PER_WORK_ROW);
+        assert!(close(eta(&s, 1000), expected), "{}", eta(&s, 1000));
+        // The eighth: a work row costs 3 ms over 9 ms / 10 rows, 3 / 0.9 scan rows alone, in
+        // a batch BATCHED_PER_SAMPLED of that.
+        s.sampled(candidate);
+        let per_row = 0.01 * (3.0 / 0.9) * BATCHED_PER_SAMPLED;
+        let expected = 9.0 + 800.0 * per_row * (1.0 + SHARD_PER_WORK_ROW);
+        assert!(close(eta(&s, 1000), expected), "{}", eta(&s, 1000));
+        assert!(close(expected, 33.2), "{expected}");
+        // The work pass: 256 rows in its first 12 s (slow), then 300 rows in 3 s. Its rate is
+        // the whole pass's until the last 10 s hold 256 rows, then theirs.
+        s.start(0, Pass::Work { rows: 800 }, at(10_000));
+        s.done(256, 256, 0, at(22_000));
+        let per_row = 12.0 / 256.0;
+        let expected = 544.0 * per_row + 800.0 * per_row * SHARD_PER_WORK_ROW;
+        assert!(close(eta(&s, 22_000), expected), "{}", eta(&s, 22_000));
+        s.done(556, 556, 0, at(25_000));
+        let expected = 244.0 * 0.01 + 800.0 * 0.01 * SHARD_PER_WORK_ROW;
+        assert!(close(eta(&s, 25_000), expected), "{}", eta(&s, 25_000));
+        assert!(close(expected, 4.12), "{expected}");
+        let snap = s.snapshot(at(25_000));
+        assert_eq!((snap.elapsed, snap.percent()), (25.0, 85));
+    }
+
+    #[test]
     fn a_file_read_past_its_estimate_grows_the_total() {
         let t0 = Instant::now();
         let mut s = state(vec![vec![bytes(100), FileUnits::of(None)]], vec![None]);
         s.start(0, Pass::Scan, t0);
         s.scanned(0, 150);
         s.scanned(1, 50);
-        s.done(2, 2, 0);
+        s.done(2, 2, 0, t0 + Duration::from_secs(1));
         let snap = s.snapshot(t0 + Duration::from_secs(1));
         // Everything scanned is done: 200 units of 200; only the work is left.
         let eta = snap.eta.expect("eta");
@@ -784,14 +929,14 @@ mod tests {
         for _ in 0..100 {
             s.scanned(0, 10);
         }
-        s.done(100, 100, 0);
+        s.done(100, 100, 0, at(1000));
         // Work rows are estimated at WORK_PER_SCAN_ROW scan rows (80 ms) until 256 are
         // measured; they take 100 ms.
         s.start(0, Pass::Work { rows: 1000 }, at(1000));
-        s.done(255, 255, 0);
+        s.done(255, 255, 0, at(26_500));
         let estimated = s.snapshot(at(26_500));
         let before = s.shown(&estimated);
-        s.done(256, 256, 0);
+        s.done(256, 256, 0, at(26_600));
         let measured = s.snapshot(at(26_600));
         // The measured rate makes the build longer: the percent holds where it was.
         assert!(

@@ -109,6 +109,31 @@ pub trait Progress: Sync {
     fn rows_done(&self, _rows: u64, _kept: u64, _tokens: u64) {}
     /// A source is done: its allocation is settled.
     fn source_finished(&self, _name: &str, _stats: &SourceStats) {}
+    /// The scan timed one of its rows, and for a candidate what its work would cost
+    /// (reported before that row's [`row_scanned`](Progress::row_scanned)).
+    fn work_sampled(&self, _sample: WorkSample) {}
+}
+
+/// What the scan measured of a sampled row (one in [`WORK_SAMPLE_EVERY`]): the ETA's measure
+/// of a work row's cost before any work pass runs. Timing it decides nothing.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct WorkSample {
+    /// CPU nanoseconds the scan spent on the row.
+    pub scan_ns: u64,
+    /// For a candidate: CPU nanoseconds of what a work pass does to it (adapt, validate,
+    /// render, encode, mask), and its tokens.
+    pub work: Option<(u64, u64)>,
+}
+
+/// One row in this many is timed through the work during the scan (see [`WorkSample`]):
+/// about 1% more scan time, a few tenths of a percent of a build.
+pub const WORK_SAMPLE_EVERY: u64 = 256;
+
+/// Whether row `row` of file `file` is one the scan times through the work: a hash of its
+/// position, so the same rows whatever the threads or batches.
+fn work_sampled(file: usize, row: u64) -> bool {
+    let key = (row ^ ((file as u64) << 40)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    (key >> 32).is_multiple_of(WORK_SAMPLE_EVERY)
 }
 
 /// Which pass over a source [`Progress::pass_started`] announces.
@@ -539,7 +564,12 @@ enum ScanOutcome {
 #[derive(serde::Serialize, serde::Deserialize)]
 pub enum ScanRow {
     Rejected(Reject),
-    Filtered { filter: String, detail: String },
+    /// `text`: what the filter judged ([`Dropped::text`]).
+    Filtered {
+        filter: String,
+        detail: String,
+        text: Option<String>,
+    },
     Candidate(Scanned),
 }
 
@@ -594,8 +624,9 @@ impl Context<'_> {
             return Ok(());
         };
         let mut last_segment = LastSegment::new(skip);
-        // (file, row, shown row, weight for progress, what the scan found)
-        type ScanResult = (u32, u64, u64, u64, ScanRow);
+        // (file, row, shown row, weight for progress, what the scan found, its work sample)
+        type ScanResult = (u32, u64, u64, u64, ScanRow, Option<WorkSample>);
+        let sampling = self.samples_work(index);
         let work = |batch: Vec<RawRow>| -> Vec<ScanResult> {
             self.timings.time(PoolStage::Prepare, || {
                 batch
@@ -603,16 +634,24 @@ impl Context<'_> {
                     .map(|raw| {
                         let (file, row, shown) = (raw.file as u32, raw.row, raw.shown_row());
                         let weight = raw.record.weight() as u64;
-                        (file, row, shown, weight, self.scan_row(index, raw))
+                        let (scanned, sample) = if sampling && work_sampled(raw.file, raw.row) {
+                            self.scan_row_timed(index, raw)
+                        } else {
+                            (self.scan_row(index, raw), None)
+                        };
+                        (file, row, shown, weight, scanned, sample)
                     })
                     .collect()
             })
         };
         let mut commit = |rows: Vec<ScanResult>| -> Result<(), RunError> {
-            for (file, row, shown, weight, scanned) in rows {
+            for (file, row, shown, weight, scanned, sample) in rows {
                 // Before the row: a segment ends between two rows, never inside one.
                 out.segment(&mut recorder, read, &mut last_segment)?;
                 read += 1;
+                if let Some(sample) = sample {
+                    self.progress.work_sampled(sample);
+                }
                 self.progress.row_scanned(file as usize, weight);
                 let note = |reason: String, message: String, extra| RowNote {
                     source: index,
@@ -632,8 +671,13 @@ impl Context<'_> {
                         write_note(out.sinks.rejects, self.plan, &n, "rejects.jsonl")?;
                         RowEvent::Rejected(reject.reason)
                     }
-                    ScanRow::Filtered { filter, detail } => {
-                        let n = note(filter.clone(), detail, Vec::new());
+                    ScanRow::Filtered {
+                        filter,
+                        detail,
+                        text,
+                    } => {
+                        let extra = text.map(|t| ("text", t)).into_iter().collect();
+                        let n = note(filter.clone(), detail, extra);
                         write_note(out.sinks.filtered, self.plan, &n, "filtered.jsonl")?;
                         RowEvent::Filtered(filter)
                     }
@@ -675,7 +719,7 @@ impl Context<'_> {
                             skipped += 1;
                             return Ok(());
                         }
-                        commit(vec![(file, row, shown, 0, scan)])
+                        commit(vec![(file, row, shown, 0, scan, None)])
                     },
                 )?;
             }
@@ -737,6 +781,7 @@ impl Context<'_> {
                 return ScanRow::Filtered {
                     filter: reason.code().to_owned(),
                     detail: String::new(),
+                    text: None,
                 }
             }
         };
@@ -745,8 +790,55 @@ impl Context<'_> {
             Err(dropped) => ScanRow::Filtered {
                 filter: dropped.filter,
                 detail: dropped.detail,
+                text: dropped.text,
             },
         }
+    }
+
+    /// Whether the scan of source `index` times sampled rows through the work: not for
+    /// pre-tokenized rows (no work to speak of) nor regenerated ones (a server's time).
+    fn samples_work(&self, index: usize) -> bool {
+        !matches!(self.plan.sources[index].adapter, Adapter::Speculator(_))
+            && self.regen.is_none_or(|r| !r.applies(index))
+    }
+
+    /// [`scan_row`](Self::scan_row), timed, and for a candidate its work timed too (on a copy
+    /// of the record; what it finds is thrown away).
+    fn scan_row_timed(&self, index: usize, raw: RawRow) -> (ScanRow, Option<WorkSample>) {
+        let copy = match &raw.record {
+            Record::Line(line) => Some(Record::Line(line.clone())),
+            Record::Parsed(value) => Some(Record::Parsed(value.clone())),
+            _ => None,
+        }
+        .map(|record| RawRow { record, ..raw });
+        let cpu = crate::report::timings::thread_cpu;
+        let nanos = |from: std::time::Duration| {
+            cpu().map(|to| u64::try_from(to.saturating_sub(from).as_nanos()).unwrap_or(u64::MAX))
+        };
+        let Some(start) = cpu() else {
+            return (self.scan_row(index, raw), None);
+        };
+        let scanned = self.scan_row(index, raw);
+        let Some(scan_ns) = nanos(start) else {
+            return (scanned, None);
+        };
+        let work = match (&scanned, copy) {
+            (ScanRow::Candidate(_), Some(copy)) => cpu().and_then(|start| {
+                let (conversation, _) = self.prepare(index, copy).ok()?;
+                let mut batch = [(&conversation, SpotChecks::default())];
+                // Its own timings: the build's stage times count the build's work only.
+                let outcomes = self
+                    .processor
+                    .process_batch(&mut batch, &Timings::default());
+                let tokens = match outcomes.first() {
+                    Some(Outcome::Kept(rows)) => rows.iter().map(|r| r.ids.len() as u64).sum(),
+                    _ => 0,
+                };
+                Some((nanos(start)?, tokens))
+            }),
+            _ => None,
+        };
+        (scanned, Some(WorkSample { scan_ns, work }))
     }
 
     /// [`prepare`](Self::prepare) for a work pass: a pre-tokenized source's row (`format:
@@ -1474,6 +1566,7 @@ fn skip_row(skip: Skip) -> ScanRow {
         Skip::Filtered(reason) => ScanRow::Filtered {
             filter: reason.code().to_owned(),
             detail: String::new(),
+            text: None,
         },
     }
 }

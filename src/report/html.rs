@@ -144,6 +144,8 @@ figure { margin: 0; } figcaption { font-size: 12px; color: var(--muted); }
 svg { max-width: 100%; height: auto; }
 mark { background: #fde68a; color: inherit; }
 pre { background: var(--soft); padding: 6px 8px; border-radius: 4px; white-space: pre-wrap; word-break: break-all; font-size: 12px; margin: 4px 0; }
+.drop { display: grid; grid-template-columns: minmax(0, 3fr) minmax(0, 2fr); gap: 8px; align-items: start; }
+pre.failing { border-left: 3px solid #c0392b; }
 code { font-size: 12px; }
 "#;
 
@@ -836,7 +838,7 @@ fn reasons(h: &mut String, m: &Value, rejects: &Examples, filtered: &Examples) {
         }
         let _ = write!(
             h,
-            "<h3>{title}: examples</h3><p class=\"muted small\">The first {EXAMPLES_PER_REASON} lines per reason of <code>{file}</code>, cut at {EXAMPLE_CHARS} characters.</p>"
+            "<h3>{title}: examples</h3><p class=\"muted small\">The first {EXAMPLES_PER_REASON} lines per reason of <code>{file}</code>, cut at {EXAMPLE_CHARS} characters; beside each, what failed: the text the filter judged, the kept row it duplicates, the benchmark item, or the field's value the reject names.</p>"
         );
         for (reason, lines) in &ex.by_reason {
             let _ = write!(
@@ -846,11 +848,52 @@ fn reasons(h: &mut String, m: &Value, rejects: &Examples, filtered: &Examples) {
                 esc(reason)
             );
             for line in lines {
-                let _ = write!(h, "<pre>{}</pre>", esc(&truncate(line, EXAMPLE_CHARS)));
+                let _ = write!(
+                    h,
+                    "<div class=\"drop\"><pre>{}</pre>",
+                    esc(&truncate(line, EXAMPLE_CHARS))
+                );
+                if let Some((label, text)) = failing_text(line) {
+                    let _ = write!(
+                        h,
+                        "<div><span class=\"muted small\">{}</span><pre class=\"failing\">{}</pre></div>",
+                        esc(&label),
+                        esc(&truncate(&text, EXAMPLE_CHARS))
+                    );
+                }
+                h.push_str("</div>");
             }
             h.push_str("</div>");
         }
     }
+}
+
+/// What made a side file's line drop its row, as (a label, the text): the text a filter judged
+/// (`text`), the kept row it duplicates (`duplicate_of`), the benchmark item it shares text
+/// with, or for a reject the value its message names (`` `FIELD` is `VALUE` ``: FIELD, VALUE),
+/// else the message itself.
+fn failing_text(line: &str) -> Option<(String, String)> {
+    let record: Value = serde_json::from_str(line).ok()?;
+    let field = |k: &str| record.get(k).and_then(Value::as_str);
+    if let Some(text) = field("text") {
+        return Some(("judged text".to_owned(), text.to_owned()));
+    }
+    if let Some(of) = field("duplicate_of") {
+        return Some(("kept twin".to_owned(), of.to_owned()));
+    }
+    if let (Some(benchmark), Some(item)) = (field("benchmark"), field("item")) {
+        return Some(("benchmark item".to_owned(), format!("{benchmark} {item}")));
+    }
+    let message = field("message")?;
+    // `messages[0].role` is `developer`; ...: the field and its value.
+    let named = message
+        .strip_prefix('`')
+        .and_then(|rest| rest.split_once("` is `"))
+        .and_then(|(name, rest)| Some((name, rest.split_once('`')?.0)));
+    Some(match named {
+        Some((name, value)) => (name.to_owned(), value.to_owned()),
+        None => ("message".to_owned(), message.to_owned()),
+    })
 }
 
 fn inputs(h: &mut String, m: &Value) {
@@ -980,6 +1023,67 @@ mod tests {
         assert!(page.contains("data-stat=\"a/turns\""));
         assert!(page.contains("data-stat=\"a/tool_calls\""));
         assert!(page.contains("a: tool calls per conversation"));
+    }
+
+    #[test]
+    fn each_drop_example_shows_what_failed_beside_it() {
+        let reject = r#"{"source":"chat","row":23,"reason":"unknown_role","message":"`messages[0].role` is `developer`; expected system, user, assistant or tool"}"#;
+        assert_eq!(
+            failing_text(reject),
+            Some(("messages[0].role".to_owned(), "developer".to_owned()))
+        );
+        let plain =
+            r#"{"reason":"no_assistant_turn","message":"the conversation has no assistant turn"}"#;
+        assert_eq!(
+            failing_text(plain),
+            Some((
+                "message".to_owned(),
+                "the conversation has no assistant turn".to_owned()
+            ))
+        );
+        let regex = r#"{"reason":"refusals","message":"matches exclude pattern `x`","text":"Sorry. <As an AI language model>, I can't."}"#;
+        assert_eq!(
+            failing_text(regex),
+            Some((
+                "judged text".to_owned(),
+                "Sorry. <As an AI language model>, I can't.".to_owned()
+            ))
+        );
+        let twin = r#"{"reason":"near_duplicate","duplicate_of":"curation:0:24"}"#;
+        assert_eq!(
+            failing_text(twin),
+            Some(("kept twin".to_owned(), "curation:0:24".to_owned()))
+        );
+        let item = r#"{"reason":"contaminated","benchmark":"humaneval","item":"HumanEval/0"}"#;
+        assert_eq!(
+            failing_text(item),
+            Some((
+                "benchmark item".to_owned(),
+                "humaneval HumanEval/0".to_owned()
+            ))
+        );
+        // In the page: beside its line, escaped.
+        let mut filtered = Examples::default();
+        filtered
+            .by_reason
+            .insert("refusals".to_owned(), vec![regex.to_owned()]);
+        let mut h = String::new();
+        reasons(
+            &mut h,
+            &serde_json::json!({"sources": {}}),
+            &Examples::default(),
+            &filtered,
+        );
+        assert!(
+            h.contains(
+                "<pre class=\"failing\">Sorry. &lt;As an AI language model&gt;, I can&#39;t.</pre>"
+            ),
+            "{h}"
+        );
+        assert!(
+            h.contains("<span class=\"muted small\">judged text</span>"),
+            "{h}"
+        );
     }
 
     #[test]

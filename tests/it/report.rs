@@ -102,6 +102,28 @@ fn demo_statistics_report_and_vocabulary() {
         text.contains(&format!("data-reason=\"{reason}\"")),
         "{reason}"
     );
+    // Beside each example, what failed: a regex's match in context, the text language
+    // detection read, a reject's field and value.
+    for failing in [
+        "<span class=\"muted small\">judged text</span><pre class=\"failing\">As an AI language model, I cannot help with entering someone else&#39;s home without permission.",
+        "<span class=\"muted small\">judged text</span><pre class=\"failing\">Bonjour, pouvez-vous m&#39;expliquer comment fonctionne un pipeline de données et pourquoi il faut mélanger les lignes avant l&#39;entraînement du modèle ?</pre>",
+        "<span class=\"muted small\">messages[0].role</span><pre class=\"failing\">developer</pre>",
+        "<span class=\"muted small\">kept twin</span><pre class=\"failing\">curation:0:24</pre>",
+    ] {
+        assert!(text.contains(failing), "{failing}");
+    }
+    let filtered = std::fs::read_to_string(out.join("filtered.jsonl")).expect("filtered");
+    let refusal = filtered
+        .lines()
+        .map(json_line)
+        .find(|l| l["reason"] == "refusals")
+        .expect("a refusal");
+    let judged = refusal["text"].as_str().expect("its text");
+    assert!(
+        judged.starts_with("As an AI language model, I cannot help with entering someone else's home without permission.")
+            && judged.chars().count() <= 201,
+        "{judged}"
+    );
 
     // `stats`: the table and the JSON.
     let table = String::from_utf8(ok(bin().arg("stats").arg(&out).output().expect("run")).stdout)

@@ -38,4 +38,22 @@ impl JudgeText for CountChars {
                     .check(chars, &format!("assistant turn {} characters", i + 1))
             })
     }
+
+    /// The turn the bound failed on: the longest for a `max`, else the shortest.
+    fn evidence(&self, row: &RowText) -> Option<String> {
+        let texts: Vec<String> = row
+            .conversation()
+            .messages
+            .iter()
+            .filter(|m| m.role == Role::Assistant)
+            .map(text::message_text)
+            .collect();
+        let chosen = match self.judge(row) {
+            Some(detail) if detail.contains("> max") => {
+                texts.iter().max_by_key(|t| t.chars().count())
+            }
+            _ => texts.iter().min_by_key(|t| t.chars().count()),
+        };
+        chosen.map(|t| super::head(t))
+    }
 }

@@ -96,6 +96,11 @@ impl JudgeText for KeepLanguages {
         }
         None
     }
+
+    /// The scope's text the detector read (its first characters).
+    fn evidence(&self, row: &RowText) -> Option<String> {
+        Some(super::head(row.scope(self.scope)))
+    }
 }
 
 /// Characters of a text that language detection reads: enough to tell the language, and
@@ -103,7 +108,7 @@ impl JudgeText for KeepLanguages {
 const LANGUAGE_CHARS: usize = 2000;
 
 /// The first `chars` characters of `text`.
-fn prefix(text: &str, chars: usize) -> &str {
+pub(super) fn prefix(text: &str, chars: usize) -> &str {
     text.char_indices()
         .nth(chars)
         .map_or(text, |(end, _)| &text[..end])

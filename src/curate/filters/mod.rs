@@ -63,6 +63,12 @@ pub trait JudgeText: fmt::Debug + Send + Sync {
     /// `None` keeps the row; `Some(detail)` drops it, saying what failed (e.g. `turns 1 < min
     /// 2`).
     fn judge(&self, row: &RowText) -> Option<String>;
+
+    /// The text it judged in a row it dropped (see [`Dropped::text`]); run only on dropped
+    /// rows, so it may search again what [`judge`](Self::judge) found. `None` for a count.
+    fn evidence(&self, _row: &RowText) -> Option<String> {
+        None
+    }
 }
 
 /// A compiled token filter.
@@ -221,7 +227,14 @@ pub struct Dropped {
     pub filter: String,
     /// What failed, e.g. `language zh (0.93) not in [en]`.
     pub detail: String,
+    /// The text the filter judged, at most [`EVIDENCE_CHARS`] characters of it (a regex's
+    /// match in context, what language detection read, the repeated passage); `None` for a
+    /// count (turns, tokens).
+    pub text: Option<String>,
 }
+
+/// Characters of the judged text a dropped row records (`text` in `filtered.jsonl`).
+pub const EVIDENCE_CHARS: usize = 200;
 
 /// The filters of one source (global ones first), checked and ready to run.
 #[derive(Debug, Default)]
@@ -373,7 +386,9 @@ impl Filters {
 
     /// [`Filters::check_content`] on a row whose texts the later steps share.
     pub fn check_row(&self, row: &RowText) -> Result<(), Dropped> {
-        first_drop(&self.text, |judge| judge.judge(row))
+        first_drop(&self.text, |judge| {
+            judge.judge(row).map(|detail| (detail, judge.evidence(row)))
+        })
     }
 
     /// The first token filter that drops a row of `seq_len` tokens, `supervised` of them
@@ -383,7 +398,9 @@ impl Filters {
             tokens: seq_len,
             supervised,
         };
-        first_drop(&self.tokens, |judge| judge.judge(row))
+        first_drop(&self.tokens, |judge| {
+            judge.judge(row).map(|detail| (detail, None))
+        })
     }
 
     pub fn has_content_filters(&self) -> bool {
@@ -404,17 +421,63 @@ impl Filters {
 /// The first of `filters` whose judge drops the row.
 fn first_drop<T>(
     filters: &[Named<T>],
-    judge: impl Fn(&T) -> Option<String>,
+    judge: impl Fn(&T) -> Option<(String, Option<String>)>,
 ) -> Result<(), Dropped> {
     for f in filters {
-        if let Some(detail) = judge(&f.judge) {
+        if let Some((detail, text)) = judge(&f.judge) {
             return Err(Dropped {
                 filter: f.name.clone(),
                 detail,
+                text,
             });
         }
     }
     Ok(())
+}
+
+use language::prefix;
+
+/// At most [`EVIDENCE_CHARS`] characters of `text` around its bytes `start..end` (a match:
+/// itself first, then context evenly either side, what one side lacks going to the other),
+/// with `…` where it is cut.
+fn around(text: &str, start: usize, end: usize) -> String {
+    let matched = &text[start..end];
+    let inside = matched.chars().count();
+    if inside >= EVIDENCE_CHARS {
+        let cut = prefix(matched, EVIDENCE_CHARS);
+        let before = if start > 0 { "…" } else { "" };
+        return format!("{before}{cut}…");
+    }
+    let budget = EVIDENCE_CHARS - inside;
+    let (before, after) = (&text[..start], &text[end..]);
+    let after_chars = after.chars().take(budget).count();
+    let before_chars = before.chars().rev().take(budget).count();
+    let take_before = before_chars.min((budget / 2).max(budget - after_chars));
+    let take_after = budget - take_before;
+    let from = before
+        .char_indices()
+        .rev()
+        .nth(take_before.wrapping_sub(1))
+        .map_or(start, |(i, _)| i);
+    let from = if take_before == 0 { start } else { from };
+    let after = prefix(after, take_after);
+    format!(
+        "{}{}{matched}{after}{}",
+        if from > 0 { "…" } else { "" },
+        &text[from..start],
+        if end + after.len() < text.len() {
+            "…"
+        } else {
+            ""
+        },
+    )
+}
+
+/// The first [`EVIDENCE_CHARS`] characters of `text`, with `…` if it goes on.
+fn head(text: &str) -> String {
+    let cut = prefix(text, EVIDENCE_CHARS);
+    let more = if cut.len() < text.len() { "…" } else { "" };
+    format!("{cut}{more}")
 }
 
 fn valid_name(name: &str) -> bool {

@@ -34,17 +34,20 @@ impl Filter for Regex {
             if patterns.is_empty() {
                 return Ok(None);
             }
-            for p in patterns {
-                ::regex::Regex::new(p).map_err(|error| FilterProblem::Pattern {
-                    pattern: p.clone(),
-                    error,
-                })?;
-            }
+            let each = patterns
+                .iter()
+                .map(|p| {
+                    ::regex::Regex::new(p).map_err(|error| FilterProblem::Pattern {
+                        pattern: p.clone(),
+                        error,
+                    })
+                })
+                .collect::<Result<Vec<_>, _>>()?;
             let set = RegexSet::new(patterns).map_err(FilterProblem::PatternSet)?;
-            Ok(Some((set, patterns.to_vec())))
+            Ok(Some((set, patterns.to_vec(), each)))
         };
         Ok(Judge::Text(Box::new(Patterns {
-            include: set(&self.include)?,
+            include: set(&self.include)?.map(|(set, patterns, _)| (set, patterns)),
             exclude: set(&self.exclude)?,
             scope: self.scope,
         })))
@@ -56,14 +59,15 @@ impl Filter for Regex {
 #[derive(Debug)]
 struct Patterns {
     include: Option<(RegexSet, Vec<String>)>,
-    exclude: Option<(RegexSet, Vec<String>)>,
+    /// Each pattern compiled on its own too, to find a dropped row's match.
+    exclude: Option<(RegexSet, Vec<String>, Vec<::regex::Regex>)>,
     scope: Scope,
 }
 
 impl JudgeText for Patterns {
     fn judge(&self, row: &RowText) -> Option<String> {
         let text = row.scope(self.scope);
-        if let Some((set, patterns)) = &self.exclude {
+        if let Some((set, patterns, _)) = &self.exclude {
             if let Some(i) = set.matches(text).iter().next() {
                 return Some(format!("matches exclude pattern `{}`", patterns[i]));
             }
@@ -77,5 +81,18 @@ impl JudgeText for Patterns {
             }
         }
         None
+    }
+
+    /// The exclude pattern's match in context, else the head of the text.
+    fn evidence(&self, row: &RowText) -> Option<String> {
+        let text = row.scope(self.scope);
+        let found = self.exclude.as_ref().and_then(|(set, _, each)| {
+            let i = set.matches(text).iter().next()?;
+            each.get(i)?.find(text)
+        });
+        Some(match found {
+            Some(m) => super::around(text, m.start(), m.end()),
+            None => super::head(text),
+        })
     }
 }

@@ -132,6 +132,24 @@ impl JudgeText for Repetition {
     fn judge(&self, row: &RowText) -> Option<String> {
         repetition(self, row.scope(self.scope), || row.normalized(self.scope))
     }
+
+    /// The first line, else paragraph, seen twice: what repeats.
+    fn evidence(&self, row: &RowText) -> Option<String> {
+        let text = row.scope(self.scope);
+        let mut seen = HashSet::new();
+        let line = lines(text)
+            .map(str::trim)
+            .filter(|l| has_alphanumeric(l))
+            .find(|l| !seen.insert(*l));
+        let repeated = line.map(str::to_owned).or_else(|| {
+            let mut seen = HashSet::new();
+            paragraphs(text)
+                .into_iter()
+                .find(|p| !seen.insert(p.clone()))
+                .map(|p| p.into_owned())
+        });
+        Some(super::head(repeated.as_deref().unwrap_or(text)))
+    }
 }
 
 /// The first repetition rule `text` breaks; `normalized` gives its [`normalize`](crate::curate::text::normalize)d form

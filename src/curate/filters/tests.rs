@@ -321,6 +321,68 @@ fn language_keeps_the_listed_languages() {
     );
 }
 
+fn judged(f: &Filters, c: &Conversation) -> Option<String> {
+    f.check_content(c).err().and_then(|d| d.text)
+}
+
+#[test]
+fn a_dropped_row_records_the_text_its_filter_judged() {
+    // A regex: its match, with context evenly either side, cut to EVIDENCE_CHARS.
+    let f = compile(
+        r#"- regex: {name: refusals, exclude: ["(?i)as an ai language model"], scope: assistant}"#,
+    );
+    let short = chat(&[
+        ("user", "hi"),
+        ("assistant", "Sorry. As an AI language model, I can't."),
+    ]);
+    assert_eq!(
+        judged(&f, &short).as_deref(),
+        Some("Sorry. As an AI language model, I can't.")
+    );
+    let long = format!(
+        "{}As an AI language model{}",
+        "a".repeat(300),
+        "b".repeat(300)
+    );
+    let expected = format!(
+        "…{}As an AI language model{}…",
+        "a".repeat(88),
+        "b".repeat(89)
+    );
+    let long = chat(&[("user", "hi"), ("assistant", long.as_str())]);
+    assert_eq!(judged(&f, &long), Some(expected));
+    // At the start: the context all after it.
+    let first = format!("As an AI language model{}", "b".repeat(300));
+    let expected = format!("As an AI language model{}…", "b".repeat(177));
+    let first = chat(&[("user", "hi"), ("assistant", first.as_str())]);
+    assert_eq!(judged(&f, &first), Some(expected));
+    // Language: the scope's text the detector read (its first EVIDENCE_CHARS characters).
+    let f = compile("- language: {keep: [en]}");
+    let de = chat(&[
+        ("user", "Kannst du mir bitte erklären, wie der Garbage Collector in Java entscheidet, welche Objekte freigegeben werden?"),
+        ("assistant", "Ja."),
+    ]);
+    assert_eq!(
+        judged(&f, &de).as_deref(),
+        Some("Kannst du mir bitte erklären, wie der Garbage Collector in Java entscheidet, welche Objekte freigegeben werden?")
+    );
+    let long = format!("Wie geht es dir heute? {}", "Sehr gut, danke. ".repeat(20));
+    let text = judged(&f, &chat(&[("user", long.as_str()), ("assistant", "x")]))
+        .expect("German is dropped");
+    assert_eq!(text.chars().count(), EVIDENCE_CHARS + 1);
+    assert!(text.starts_with("Wie geht es dir heute? Sehr gut") && text.ends_with("…"));
+    // Repetition: the passage that repeats.
+    let f = compile("- repetition: {}");
+    let rep = "Intro line here.\nBuy now, limited offer!\nBuy now, limited offer!\nBuy now, limited offer!";
+    assert_eq!(
+        judged(&f, &chat(&[("user", "q"), ("assistant", rep)])).as_deref(),
+        Some("Buy now, limited offer!")
+    );
+    // A count judges no text.
+    let f = compile("- turns: {min: 3}");
+    assert_eq!(judged(&f, &short), None);
+}
+
 #[test]
 fn regex_include_and_exclude_on_a_scope() {
     let f = compile(
@@ -401,14 +463,16 @@ fn token_filters() {
         f.check_tokens(11, 0),
         Err(Dropped {
             filter: "tokens".into(),
-            detail: "tokens 11 > max 10".into()
+            detail: "tokens 11 > max 10".into(),
+            text: None,
         })
     );
     assert_eq!(
         f.check_tokens(5, 1),
         Err(Dropped {
             filter: "sup".into(),
-            detail: "supervised tokens 1 < min 2".into()
+            detail: "supervised tokens 1 < min 2".into(),
+            text: None,
         })
     );
     // Token filters never drop on content.
