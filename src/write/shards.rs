@@ -1,9 +1,13 @@
 //! The shard phase: spilled rows, bucket by bucket in key order, into the Arrow shards, with
-//! the row statistics gathered on the way. Buckets are read and sorted, and record batches
-//! built and encoded, in parallel on the build's pool, a window of buckets at a time; the
-//! caller's thread writes the encoded batches in order (and a thread per shard hashes them).
-//! Which rows go in which batch and shard depends only on the rows' order, so the bytes are the
-//! same at any thread count.
+//! the row statistics gathered on the way.
+//!
+//! Shards are written at the same time, each by a thread of its own: one read of the spill
+//! first counts the kept rows of every bucket, which tells where each shard's rows begin
+//! (bucket and row in it). A shard's writer then reads its buckets a window at a time, builds
+//! and encodes its record batches in parallel on the build's pool and appends them in order
+//! (a thread of its own hashes them). A shard's file is a SHA-256 stream, so it is written by
+//! one thread; the shards are many (a 913K-row build has 10). Which rows go in which batch and
+//! shard depends only on the rows' order, so the bytes are the same at any thread count.
 
 use super::{
     shard_name, BatchBuilder, Bucket, ShardEncoder, ShardError, ShardSummary, ShardWriter, Spill,
@@ -15,24 +19,24 @@ use anyhow::{anyhow, bail, Result};
 use rayon::prelude::*;
 use std::collections::HashMap;
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
-/// Bucket bytes read at once, per pool thread and in all: about a bucket per thread for a
-/// large build (a 913K-row spill has buckets of about 9 MB), few enough that the window and
-/// its encoded batches (about 1.7 times its bytes) stay well inside the memory budget.
+/// Bucket bytes read at once, per pool thread and in all (shared by the shards written at the
+/// same time): about a bucket per thread for a large build (a 913K-row spill has buckets of
+/// about 9 MB), few enough that the windows and their encoded batches (about 1.7 times their
+/// bytes) stay well inside the memory budget.
 const WINDOW_BYTES_PER_THREAD: u64 = 8 << 20;
 const MAX_WINDOW_BYTES: u64 = 128 << 20;
 
-/// Encoded batches (of a few MB each) between the encoders and the writer, so that the writer
-/// has work while the next window is read.
+/// Encoded batches (of a few MB each) between the encoders and the writers, in all, so that a
+/// writer has work while its next window is read.
 const CHUNKS_IN_FLIGHT: usize = 16;
 
-/// Encoded bytes of a shard for the writer, and whether they end it.
+/// Encoded bytes of a shard for its writer.
 struct ShardChunk {
-    shard: usize,
     bytes: Result<Vec<u8>, WriteError>,
     rows: u64,
-    ends_shard: bool,
 }
 
 /// What the shard writer writes, besides the spilled rows.
@@ -51,7 +55,7 @@ pub struct ShardLayout<'a> {
     pub written: Option<&'a (dyn Fn(u64) + Sync)>,
 }
 
-/// One side's pass over the spill and its run of shards.
+/// One side's rows and its run of shards.
 struct Pass {
     /// `None`: no split; else whether the pass writes the validation rows.
     side: Option<bool>,
@@ -72,13 +76,39 @@ impl Pass {
     }
 }
 
+/// One output shard's rows: the kept rows of a run of buckets, from the `skip`-th kept row of
+/// the first.
+struct ShardJob<'a> {
+    /// The output shard index (numbered across the sides).
+    shard: usize,
+    side: Option<bool>,
+    buckets: &'a [SpilledBucket],
+    skip: usize,
+    rows: u64,
+}
+
 /// The rows of one record batch: (bucket, row in it) in output order.
 struct BatchPlan {
-    shard: usize,
     rows: Vec<(Arc<Bucket>, usize)>,
     /// The first batch of its shard (its bytes open the stream with the schema).
     starts_shard: bool,
     ends_shard: bool,
+}
+
+/// What every shard's writer shares.
+struct Shared<'a> {
+    dir: &'a Path,
+    pool: &'a rayon::ThreadPool,
+    mask_dtype: crate::tokenize::mask_config::MaskDtype,
+    sources: &'a [String],
+    keep: &'a (dyn Fn(Option<bool>, &str) -> bool + Sync),
+    locals: &'a [Mutex<DatasetStats>],
+    written: Option<&'a (dyn Fn(u64) + Sync)>,
+    /// Bucket bytes a writer reads at once, and its encoded batches in flight.
+    window_bytes: u64,
+    chunks_in_flight: usize,
+    /// Set by the first writer that fails: the others stop at their next window.
+    failed: &'a AtomicBool,
 }
 
 /// Appends the spilled rows to the shards in key order, on `pool` (see the module doc); with
@@ -96,7 +126,7 @@ pub fn write_shards(
     write_windowed(dir, spill, layout, sources, stats, pool, window_bytes)
 }
 
-/// [`write_shards`], reading windows of about `window_bytes` of buckets.
+/// [`write_shards`], reading windows of about `window_bytes` of buckets in all.
 fn write_windowed(
     dir: &Path,
     spill: Spill,
@@ -127,8 +157,8 @@ fn write_windowed(
             Some(split::choose(target, seed, &conversations).map_err(|e| anyhow!(e))?)
         }
     };
-    // One pass over the buckets per side (whether its rows are validation rows), each side
-    // its own run of shards: the training shards, then the validation shards in their folder.
+    // Each side its own run of shards: the training shards, then the validation shards in
+    // their folder.
     let passes: Vec<Pass> = match &split {
         None => vec![Pass::new(None, total_rows, rows_per_shard, 0)],
         Some(split) => {
@@ -139,20 +169,6 @@ fn write_windowed(
                 train,
                 Pass::new(Some(true), t.validation_rows, rows_per_shard, first),
             ]
-        }
-    };
-    let count: usize = passes.iter().map(|p| p.shards).sum();
-    let passes = &passes;
-    // The file of output shard `shard` (numbered across the sides).
-    let name = move |shard: usize| {
-        let pass = passes
-            .iter()
-            .find(|p| shard < p.first_shard + p.shards)
-            .unwrap_or(&passes[passes.len() - 1]);
-        let file = shard_name(shard - pass.first_shard, pass.shards);
-        match pass.side {
-            Some(true) => format!("{}/{file}", super::VALIDATION_DIR),
-            _ => file,
         }
     };
     if passes.iter().any(|p| p.side == Some(true)) {
@@ -167,52 +183,209 @@ fn write_windowed(
                 _ => true,
             }
     };
+    let counts = kept_rows(&buckets, &passes, &keep, pool)?;
+    let jobs = shard_jobs(&buckets, &passes, &counts, rows_per_shard)?;
     let threads = pool.current_num_threads().max(1);
     // Each pool thread counts into its own statistics (merged at the end: sums, minima and
     // maxima, so the order does not matter).
     let locals: Vec<Mutex<DatasetStats>> = (0..threads)
         .map(|_| Mutex::new(stats.empty_like()))
         .collect();
-    let (tx, rx) = std::sync::mpsc::sync_channel::<ShardChunk>(CHUNKS_IN_FLIGHT);
-    let shards = std::thread::scope(|scope| {
-        let locals = &locals;
+    let writers = jobs.len().min(threads).max(1);
+    let failed = AtomicBool::new(false);
+    let shared = Shared {
+        dir,
+        pool,
+        mask_dtype,
+        sources: &sources,
+        keep: &keep,
+        locals: &locals,
+        written,
+        window_bytes: (window_bytes / writers as u64).max(1),
+        chunks_in_flight: (CHUNKS_IN_FLIGHT / writers).max(2),
+        failed: &failed,
+    };
+    let name = |shard: usize| shard_file(&passes, shard);
+    let next = AtomicUsize::new(0);
+    // A job's outcome: `Ok(None)` when it stopped because another shard failed.
+    let done: Vec<Mutex<Option<Result<Option<ShardSummary>>>>> =
+        jobs.iter().map(|_| Mutex::new(None)).collect();
+    std::thread::scope(|scope| {
+        for _ in 0..writers {
+            let (shared, jobs, done, next, name) = (&shared, &jobs, &done, &next, &name);
+            std::thread::Builder::new()
+                .name("shard-writer".to_owned())
+                .spawn_scoped(scope, move || loop {
+                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    let Some(job) = jobs.get(i) else { break };
+                    if shared.failed.load(Ordering::Relaxed) {
+                        break;
+                    }
+                    let result = write_shard(shared, job, name(job.shard));
+                    if result.is_err() {
+                        shared.failed.store(true, Ordering::Relaxed);
+                    }
+                    *done[i].lock().unwrap_or_else(|p| p.into_inner()) = Some(result);
+                })
+                .expect("failed to spawn thread");
+        }
+    });
+    let outcomes: Vec<_> = done
+        .into_iter()
+        .map(|slot| slot.into_inner().unwrap_or_else(|p| p.into_inner()))
+        .collect();
+    // The first failure, in shard order, is the one reported (not the shards it stopped).
+    let mut shards = Vec::with_capacity(jobs.len());
+    for outcome in outcomes {
+        shards.push(outcome.transpose()?.flatten());
+    }
+    let Some(shards) = shards.into_iter().collect::<Option<Vec<_>>>() else {
+        bail!("internal error: a shard was not written");
+    };
+    for local in locals {
+        let local = local
+            .into_inner()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        stats.merge(&local);
+    }
+    Ok((shards, split))
+}
+
+/// The file of output shard `shard` (numbered across the sides).
+fn shard_file(passes: &[Pass], shard: usize) -> String {
+    let pass = passes
+        .iter()
+        .find(|p| shard < p.first_shard + p.shards)
+        .unwrap_or(&passes[passes.len() - 1]);
+    let file = shard_name(shard - pass.first_shard, pass.shards);
+    match pass.side {
+        Some(true) => format!("{}/{file}", super::VALIDATION_DIR),
+        _ => file,
+    }
+}
+
+/// The kept rows of each bucket for each pass (one read of the spill, in parallel).
+fn kept_rows(
+    buckets: &[SpilledBucket],
+    passes: &[Pass],
+    keep: &(dyn Fn(Option<bool>, &str) -> bool + Sync),
+    pool: &rayon::ThreadPool,
+) -> Result<Vec<Vec<usize>>, WriteError> {
+    let counted: Vec<Result<Vec<usize>, WriteError>> = pool.install(|| {
+        buckets
+            .par_iter()
+            .map(|spilled| {
+                let bucket = Bucket::read(spilled, Vec::new())?;
+                Ok(passes
+                    .iter()
+                    .map(|pass| {
+                        bucket
+                            .rows()
+                            .filter(|r| keep(pass.side, r.sample_id))
+                            .count()
+                    })
+                    .collect())
+            })
+            .collect()
+    });
+    // [pass][bucket]
+    let mut counts = vec![Vec::with_capacity(buckets.len()); passes.len()];
+    for bucket in counted {
+        for (pass, n) in counts.iter_mut().zip(bucket?) {
+            pass.push(n);
+        }
+    }
+    Ok(counts)
+}
+
+/// Where each output shard's rows begin and end, from the kept rows of each bucket.
+fn shard_jobs<'a>(
+    buckets: &'a [SpilledBucket],
+    passes: &[Pass],
+    counts: &[Vec<usize>],
+    rows_per_shard: usize,
+) -> Result<Vec<ShardJob<'a>>> {
+    let mut jobs = Vec::new();
+    for (pass, counts) in passes.iter().zip(counts) {
+        let held: u64 = counts.iter().map(|&n| n as u64).sum();
+        if held != pass.rows {
+            bail!(
+                "internal error: the spill held {held} row(s) to write, not {}",
+                pass.rows
+            );
+        }
+        // (bucket, kept rows of it before the cursor)
+        let (mut bucket, mut into) = (0usize, 0usize);
+        for s in 0..pass.shards {
+            let rows = (pass.rows - (s * rows_per_shard) as u64).min(rows_per_shard as u64);
+            while bucket < counts.len() && into == counts[bucket] {
+                (bucket, into) = (bucket + 1, 0);
+            }
+            let (first, skip) = (bucket, into);
+            // Walk past this shard's rows.
+            let mut left = rows as usize;
+            while left > 0 {
+                let here = (counts[bucket] - into).min(left);
+                left -= here;
+                into += here;
+                if left > 0 {
+                    (bucket, into) = (bucket + 1, 0);
+                }
+            }
+            jobs.push(ShardJob {
+                shard: pass.first_shard + s,
+                side: pass.side,
+                buckets: &buckets[first..=bucket],
+                skip,
+                rows,
+            });
+        }
+    }
+    Ok(jobs)
+}
+
+/// Writes one shard: its buckets read a window at a time, its batches encoded on the pool,
+/// appended in order by this thread.
+fn write_shard(shared: &Shared, job: &ShardJob, name: String) -> Result<Option<ShardSummary>> {
+    let Shared {
+        dir,
+        pool,
+        mask_dtype,
+        sources,
+        keep,
+        locals,
+        written,
+        window_bytes,
+        chunks_in_flight,
+        failed,
+    } = *shared;
+    let arrow_err = |error: ShardError| WriteError::Arrow {
+        path: dir.join(&name),
+        error,
+    };
+    let (tx, rx) = std::sync::mpsc::sync_channel::<ShardChunk>(chunks_in_flight);
+    std::thread::scope(|scope| {
         let planner = std::thread::Builder::new().name("shard-plan".to_owned());
         planner
             .spawn_scoped(scope, move || {
-                let arrow_err = |shard: usize, error: ShardError| WriteError::Arrow {
-                    path: dir.join(name(shard)),
-                    error,
-                };
-                let fail = |shard: usize, e: WriteError| {
+                let fail = |e: WriteError| {
                     let _ = tx.send(ShardChunk {
-                        shard,
                         bytes: Err(e),
                         rows: 0,
-                        ends_shard: false,
                     });
                 };
-                let (mut shard, mut in_shard) = (0usize, 0usize);
-                let mut batch_in_shard = 0usize;
-                // Rows of a batch not full at the end of a window: it goes on in the next.
+                let (mut skip, mut taken, mut batches) = (job.skip, 0u64, 0usize);
                 let mut pending: Vec<(Arc<Bucket>, usize)> = Vec::new();
-                let windows = windows(&buckets, window_bytes);
-                // Rows written of the current side (a side's last row ends its last shard).
-                let (mut seen, mut in_pass) = (0u64, 0usize);
-                for (index, pass, window) in passes
-                    .iter()
-                    .enumerate()
-                    .flat_map(|(i, pass)| windows.iter().map(move |w| (i, pass, w)))
-                {
-                    let side = pass.side;
-                    if index != in_pass {
-                        (in_pass, seen) = (index, 0);
+                for window in windows(job.buckets, window_bytes) {
+                    if taken == job.rows || failed.load(Ordering::Relaxed) {
+                        return;
                     }
                     let loaded: Vec<Result<Bucket, WriteError>> = pool.install(|| {
                         window
                             .par_iter()
                             .map(|spilled| {
                                 let mut bucket = Bucket::read(spilled, Vec::new())?;
-                                bucket.retain(|id| keep(side, id));
+                                bucket.retain(|id| keep(job.side, id));
                                 Ok(bucket)
                             })
                             .collect()
@@ -221,39 +394,34 @@ fn write_windowed(
                     for bucket in loaded {
                         let bucket = match bucket {
                             Ok(bucket) => Arc::new(bucket),
-                            Err(e) => return fail(shard, e),
+                            Err(e) => return fail(e),
                         };
-                        for i in 0..bucket.len() {
+                        let from = skip.min(bucket.len());
+                        skip -= from;
+                        for i in from..bucket.len() {
+                            if taken == job.rows {
+                                break;
+                            }
                             pending.push((Arc::clone(&bucket), i));
-                            in_shard += 1;
-                            seen += 1;
-                            let ends_shard = in_shard == rows_per_shard || seen == pass.rows;
+                            taken += 1;
+                            let ends_shard = taken == job.rows;
                             if pending.len() < SHARD_BATCH_ROWS && !ends_shard {
                                 continue;
                             }
                             plans.push(BatchPlan {
-                                shard,
                                 rows: std::mem::take(&mut pending),
-                                starts_shard: batch_in_shard == 0,
+                                starts_shard: batches == 0,
                                 ends_shard,
                             });
-                            batch_in_shard += 1;
-                            if ends_shard {
-                                shard += 1;
-                                in_shard = 0;
-                                batch_in_shard = 0;
-                            }
+                            batches += 1;
                         }
                     }
                     let encoded: Vec<ShardChunk> = pool.install(|| {
                         plans
                             .par_iter()
                             .map(|plan| ShardChunk {
-                                shard: plan.shard,
-                                bytes: encode(plan, mask_dtype, &sources, locals)
-                                    .map_err(|error| arrow_err(plan.shard, error)),
+                                bytes: encode(plan, mask_dtype, sources, locals).map_err(arrow_err),
                                 rows: plan.rows.len() as u64,
-                                ends_shard: plan.ends_shard,
                             })
                             .collect()
                     });
@@ -267,58 +435,27 @@ fn write_windowed(
                 }
             })
             .expect("failed to spawn thread");
-        // A finished shard is synced (and its hash completed) on a thread of its own, while
-        // the next ones are written: the sync waits on the device.
-        let mut finishing = Vec::with_capacity(count);
-        let mut current: Option<ShardWriter> = None;
-        for ShardChunk {
-            shard,
-            bytes,
-            rows,
-            ends_shard,
-        } in rx
-        {
-            let bytes = bytes?;
-            let writer = match current.as_mut() {
-                Some(w) => w,
-                None => current.insert(ShardWriter::create(dir, name(shard))?),
-            };
-            writer.append(bytes, rows)?;
+        let mut writer = ShardWriter::create(dir, name.clone())?;
+        let mut rows = 0u64;
+        for chunk in rx {
+            writer.append(chunk.bytes?, chunk.rows)?;
+            rows += chunk.rows;
             if let Some(written) = written {
-                written(rows);
-            }
-            if ends_shard {
-                if let Some(w) = current.take() {
-                    let sync = std::thread::Builder::new().name("shard-sync".to_owned());
-                    let finish = sync
-                        .spawn_scoped(scope, move || w.finish())
-                        .expect("failed to spawn thread");
-                    finishing.push(finish);
-                }
+                written(chunk.rows);
             }
         }
-        let mut shards = Vec::with_capacity(finishing.len());
-        for finish in finishing {
-            match finish.join() {
-                Ok(shard) => shards.push(shard?),
-                Err(panic) => std::panic::resume_unwind(panic),
+        if rows != job.rows {
+            if failed.load(Ordering::Relaxed) {
+                // Another shard failed; its error is the one reported.
+                return Ok(None);
             }
-        }
-        if shards.len() != count {
             bail!(
-                "internal error: the spill held {} shard(s) of rows, not {count}",
-                shards.len()
+                "internal error: shard `{name}` got {rows} of its {} row(s)",
+                job.rows
             );
         }
-        Ok(shards)
-    })?;
-    for local in locals {
-        let local = local
-            .into_inner()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        stats.merge(&local);
-    }
-    Ok((shards, split))
+        Ok(Some(writer.finish()?))
+    })
 }
 
 /// The kept conversations of each source, by their split key, with their numbers of rows
