@@ -273,6 +273,21 @@ pub fn tune_allocator() {
     unsafe { libmimalloc_sys::mi_option_set(MI_OPTION_PURGE_DELAY, -1) }
 }
 
+/// Hands what every thread's heap holds free back to the allocator's shared arenas, where
+/// any thread can take it: between the rows phase and the shard phase, whose threads would
+/// otherwise grow the process beside what the rows phase's threads keep freed (purging is off,
+/// see [`tune_allocator`], so freed memory stays with the heap it was freed to).
+/// `CHATSHARDS_KEEP_HEAPS=1` skips it (to measure it).
+pub fn release_freed(pool: &rayon::ThreadPool) {
+    if std::env::var_os("CHATSHARDS_KEEP_HEAPS").is_some_and(|v| v == "1") {
+        return;
+    }
+    // SAFETY: `mi_collect` frees the calling thread's empty pages to the arenas; no pointer.
+    pool.broadcast(|_| unsafe { libmimalloc_sys::mi_collect(true) });
+    // SAFETY: as above, for this thread.
+    unsafe { libmimalloc_sys::mi_collect(true) }
+}
+
 #[cfg(test)]
 mod allocator_tests {
     #[test]

@@ -340,6 +340,7 @@ fn build(
     // The side outputs are complete: they are hashed (read back, up to gigabytes) beside the
     // shard writing, and so are the inputs, which must not have changed while they were read.
     let cancel = AtomicBool::new(false);
+    crate::release_freed(&pool);
     let (shards, side_files) = std::thread::scope(|scope| {
         let named = |name: &str| std::thread::Builder::new().name(name.to_owned());
         let followed = settled.excluded_lines.is_empty();

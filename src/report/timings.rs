@@ -55,6 +55,8 @@ struct Mark {
     process: Duration,
     hashing: Duration,
     at: Instant,
+    /// The process's peak resident memory so far, in bytes.
+    peak_rss: u64,
 }
 
 impl Timings {
@@ -91,6 +93,7 @@ impl Timings {
                     process,
                     hashing,
                     at: Instant::now(),
+                    peak_rss: peak_rss().unwrap_or(0),
                 });
             }
         }
@@ -110,6 +113,10 @@ impl Timings {
             *wall = mark.at.saturating_duration_since(before);
             before = mark.at;
         }
+        let mut phase_peak_rss = [0u64; PHASES];
+        for (peak, mark) in phase_peak_rss.iter_mut().zip(&marks) {
+            *peak = mark.peak_rss;
+        }
         let marks: Vec<(Duration, Duration)> =
             marks.iter().map(|m| (m.process, m.hashing)).collect();
         let pool = self
@@ -117,7 +124,9 @@ impl Timings {
             .each_ref()
             .map(|n| Duration::from_nanos(n.load(Ordering::Relaxed)));
         let hashing = Duration::from_nanos(self.hashing.load(Ordering::Relaxed));
-        Some(Report::new(wall, phase_wall, pool, hashing, &marks))
+        let mut report = Report::new(wall, phase_wall, pool, hashing, &marks);
+        report.phase_peak_rss = phase_peak_rss;
+        Some(report)
     }
 }
 
@@ -127,6 +136,9 @@ pub struct Report {
     pub wall: Duration,
     /// Wall time of each [`Phase`].
     pub phase_wall: [Duration; PHASES],
+    /// The process's peak resident memory (bytes) at the end of each [`Phase`]: which phase
+    /// set the build's peak.
+    pub phase_peak_rss: [u64; PHASES],
     pub total: Duration,
     pub lines: Vec<(&'static str, Duration)>,
     pub encode: Duration,
@@ -159,6 +171,7 @@ impl Report {
         Report {
             wall,
             phase_wall,
+            phase_peak_rss: [0; PHASES],
             total,
             lines: vec![
                 (
@@ -213,9 +226,14 @@ impl std::fmt::Display for Report {
             100.0 * rest / encode.max(1e-9)
         )?;
         let [start_up, rows, shards] = self.phase_wall.map(|d| d.as_secs_f64());
-        write!(
+        writeln!(
             f,
             "wall time by phase: start-up {start_up:.2} s, rows {rows:.2} s, shards {shards:.2} s"
+        )?;
+        let [start_up, rows, shards] = self.phase_peak_rss.map(|b| b >> 20);
+        write!(
+            f,
+            "peak memory (RSS) at the end of each phase: start-up {start_up} MiB, rows {rows} MiB, shards {shards} MiB"
         )
     }
 }
@@ -242,6 +260,17 @@ pub fn thread_cpu() -> Option<Duration> {
     })
 }
 
+/// The process's peak resident memory so far, in bytes.
+#[cfg(target_os = "linux")]
+pub fn peak_rss() -> Option<u64> {
+    // SAFETY: `rusage` is plain integers, for which all zeros is a valid value.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: `getrusage` fills the struct it is given and nothing else.
+    let rc = unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut usage) };
+    // Kilobytes on Linux.
+    (rc == 0).then(|| u64::try_from(usage.ru_maxrss).unwrap_or(0) * 1024)
+}
+
 /// The process's CPU time (user and system, all threads) since it started.
 #[cfg(target_os = "linux")]
 pub fn process_cpu() -> Option<Duration> {
@@ -265,6 +294,11 @@ pub fn thread_cpu() -> Option<Duration> {
 
 #[cfg(not(target_os = "linux"))]
 pub fn process_cpu() -> Option<Duration> {
+    None
+}
+
+#[cfg(not(target_os = "linux"))]
+pub fn peak_rss() -> Option<u64> {
     None
 }
 

@@ -746,7 +746,24 @@ fn timings_are_printed_even_when_quiet_add_up_and_change_no_byte_of_output() {
             sum > 0.0 && sum <= wall + 0.015,
             "{sum} of {wall}: {stderr}"
         );
-        assert_eq!(lines.len(), 13, "{stderr}");
+        // Peak memory at the end of each phase: the peak so far, so it never goes down.
+        let peaks: Vec<u64> = lines[13]
+            .strip_prefix("peak memory (RSS) at the end of each phase: ")
+            .expect("a peak memory line")
+            .split(", ")
+            .map(|p| {
+                p.strip_suffix(" MiB")
+                    .and_then(|p| p.rsplit_once(' '))
+                    .and_then(|(_, n)| n.parse().ok())
+                    .expect("`name N MiB`")
+            })
+            .collect();
+        assert_eq!(peaks.len(), 3, "{stderr}");
+        assert!(
+            peaks[0] > 0 && peaks.windows(2).all(|w| w[0] <= w[1]),
+            "{stderr}"
+        );
+        assert_eq!(lines.len(), 14, "{stderr}");
     }
     assert_eq!(shards[0], shards[1]);
 }
