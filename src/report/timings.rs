@@ -358,7 +358,8 @@ mod tests {
         assert!(
             text.ends_with(
                 "  all but encode                           7.600 s = 76.0% of encode\n\
-                 wall time by phase: start-up 0.40 s, rows 8.00 s, shards 0.55 s"
+                 wall time by phase: start-up 0.40 s, rows 8.00 s, shards 0.55 s\n\
+                 peak memory (RSS) at the end of each phase: start-up 0 MiB, rows 0 MiB, shards 0 MiB"
             ),
             "{text}"
         );
