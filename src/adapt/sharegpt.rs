@@ -306,118 +306,12 @@ fn json_string(value: &impl serde::Serialize) -> String {
 }
 
 impl ShareGptRecord<'_> {
-    /// The record as one line of compact JSON with its newline: the bytes `serde_json` writes
-    /// (tested), with strings escaped eight bytes at a time. Its escaping was most of the cost
-    /// of `conversations.jsonl`, whose strings rarely need any.
+    /// The record as one line of compact JSON with its newline.
     pub fn json_line(&self) -> String {
-        let mut out = Vec::with_capacity(self.size_hint());
-        out.extend_from_slice(b"{\"id\":");
-        json_str(&mut out, self.id);
-        out.extend_from_slice(b",\"source\":");
-        json_str(&mut out, self.source);
-        field(&mut out, "system", self.system);
-        field(&mut out, "tools", self.tools.as_deref());
-        out.extend_from_slice(b",\"conversations\":[");
-        for (i, turn) in self.conversations.iter().enumerate() {
-            if i > 0 {
-                out.push(b',');
-            }
-            out.extend_from_slice(b"{\"from\":");
-            json_str(&mut out, turn.from);
-            out.extend_from_slice(b",\"value\":");
-            json_str(&mut out, &turn.value);
-            field(&mut out, "name", turn.name);
-            field(&mut out, "tool_call_id", turn.tool_call_id);
-            field(&mut out, "reasoning_content", turn.reasoning_content);
-            out.push(b'}');
-        }
-        out.push(b']');
-        if let Some(meta) = &self.meta {
-            out.extend_from_slice(b",\"meta\":");
-            // Writing into a Vec cannot fail.
-            let _ = serde_json::to_writer(&mut out, meta);
-        }
-        out.extend_from_slice(b"}\n");
-        // Only whole UTF-8 strings and ASCII were written.
-        String::from_utf8(out).unwrap_or_default()
+        let mut line = json_string(self);
+        line.push('\n');
+        line
     }
-
-    fn size_hint(&self) -> usize {
-        let texts: usize = self
-            .conversations
-            .iter()
-            .map(|t| t.value.len() + t.reasoning_content.map_or(0, str::len) + 32)
-            .sum();
-        texts + self.system.map_or(0, str::len) + self.tools.as_ref().map_or(0, String::len) + 64
-    }
-}
-
-/// `,"name":"value"` when there is a value.
-fn field(out: &mut Vec<u8>, name: &str, value: Option<&str>) {
-    if let Some(value) = value {
-        out.extend_from_slice(b",\"");
-        out.extend_from_slice(name.as_bytes());
-        out.extend_from_slice(b"\":");
-        json_str(out, value);
-    }
-}
-
-/// A JSON string, escaped exactly as `serde_json` escapes it: `"`, `\` and control characters
-/// (`\b \t \n \f \r` short, the others `\u00XX`), everything else as is.
-fn json_str(out: &mut Vec<u8>, s: &str) {
-    const ONES: u64 = 0x0101_0101_0101_0101;
-    const HIGH: u64 = 0x8080_8080_8080_8080;
-    // High bit set in each byte of `w` that is < 0x20, `"` or `\` (and possibly in bytes after
-    // such a byte, from the borrow: only used to find the first one, or that there is none).
-    let special = |w: u64| {
-        let quote = w ^ (ONES * u64::from(b'"'));
-        let backslash = w ^ (ONES * u64::from(b'\\'));
-        (w.wrapping_sub(ONES * 0x20) | quote.wrapping_sub(ONES) | backslash.wrapping_sub(ONES))
-            & !w
-            & HIGH
-    };
-    let bytes = s.as_bytes();
-    out.reserve(bytes.len() + 2);
-    out.push(b'"');
-    let (mut start, mut i) = (0, 0);
-    while i < bytes.len() {
-        if let Some(chunk) = bytes.get(i..i + 8) {
-            let w = u64::from_le_bytes(<[u8; 8]>::try_from(chunk).unwrap_or([0; 8]));
-            let hit = special(w);
-            if hit == 0 {
-                i += 8;
-                continue;
-            }
-            i += hit.trailing_zeros() as usize / 8;
-        }
-        let byte = bytes[i];
-        let short = match byte {
-            b'"' => b'"',
-            b'\\' => b'\\',
-            b'\n' => b'n',
-            b'\r' => b'r',
-            b'\t' => b't',
-            0x08 => b'b',
-            0x0c => b'f',
-            0x00..=0x1f => 0,
-            _ => {
-                i += 1;
-                continue;
-            }
-        };
-        out.extend_from_slice(&bytes[start..i]);
-        if short != 0 {
-            out.extend_from_slice(&[b'\\', short]);
-        } else {
-            const HEX: &[u8; 16] = b"0123456789abcdef";
-            out.extend_from_slice(b"\\u00");
-            out.extend_from_slice(&[HEX[usize::from(byte >> 4)], HEX[usize::from(byte & 15)]]);
-        }
-        i += 1;
-        start = i;
-    }
-    out.extend_from_slice(&bytes[start..]);
-    out.push(b'"');
 }
 
 impl super::Format for ShareGptAdapter {
@@ -460,52 +354,11 @@ impl super::Format for ShareGptAdapter {
 mod tests {
     use super::*;
 
+    /// The bytes of a `conversations.jsonl` line: compact, fields in order, absent ones
+    /// left out, `"`, `\` and control characters escaped (`\b \t \n \f \r` short, the others
+    /// `\u00XX`), everything else (DEL, U+2028, any other character) written as is.
     #[test]
-    fn json_str_escapes_like_serde_json() {
-        // Every byte value that can start or sit in a string, at every offset in a word, plus
-        // multi-byte characters across word boundaries.
-        let mut cases: Vec<String> = (0u8..0x80)
-            .flat_map(|b| {
-                let c = char::from(b);
-                (0..10).map(move |pad| format!("{}{c}{}", "a".repeat(pad), "é".repeat(pad % 3)))
-            })
-            .collect();
-        cases.extend(
-            [
-                "",
-                "plain text of some length without anything to escape at all",
-                "\"quoted\" \\back\\slash\\\" \u{7f} \u{1f}\u{0}\t\r\n\u{8}\u{c}",
-                "日本語のテキスト\n\"引用\"と改行 — emoji 🦀\u{1}",
-                "\u{2028}\u{2029} line separators stay raw",
-            ]
-            .map(str::to_owned),
-        );
-        let mut state = 0x9e37_79b9_7f4a_7c15u64;
-        for _ in 0..2000 {
-            let len = (state % 40) as usize;
-            let s: String = (0..len)
-                .map(|_| {
-                    state ^= state << 13;
-                    state ^= state >> 7;
-                    state ^= state << 17;
-                    let pool = [
-                        'a', ' ', '"', '\\', '\n', '\u{1}', '\u{1f}', '~', '\u{7f}', 'é', '€', '🦀',
-                    ];
-                    pool[(state % pool.len() as u64) as usize]
-                })
-                .collect();
-            cases.push(s);
-        }
-        for case in &cases {
-            let mut out = Vec::new();
-            json_str(&mut out, case);
-            let expected = serde_json::to_string(case).expect("serialize");
-            assert_eq!(String::from_utf8(out).expect("utf-8"), expected, "{case:?}");
-        }
-    }
-
-    #[test]
-    fn json_line_is_the_serde_json_line() {
+    fn json_line_writes_these_exact_bytes() {
         let mut meta = Map::new();
         meta.insert("k".into(), Value::from("v\n\"x\""));
         let record = ShareGptRecord {
@@ -516,14 +369,14 @@ mod tests {
             conversations: vec![
                 Turn {
                     from: "human",
-                    value: Cow::Borrowed("hi\u{1}"),
+                    value: Cow::Borrowed("hi\u{1}\"q\" \\b\\ \u{7f}\u{1f}\u{0}\t\r\n\u{8}\u{c}"),
                     name: None,
                     tool_call_id: None,
                     reasoning_content: None,
                 },
                 Turn {
                     from: "gpt",
-                    value: Cow::Owned("answer".into()),
+                    value: Cow::Owned("日本語 — 🦀\u{2028}\u{2029}é".into()),
                     name: None,
                     tool_call_id: None,
                     reasoning_content: Some("think\\"),
@@ -538,8 +391,20 @@ mod tests {
             ],
             meta: Some(meta),
         };
-        let expected = serde_json::to_string(&record).expect("serialize") + "\n";
-        assert_eq!(record.json_line(), expected);
+        let want = concat!(
+            r#"{"id":"s:0:1","source":"src \"q\"","system":"sys\tprompt","#,
+            r#""tools":"[{\"type\":\"function\"}]","conversations":["#,
+            r#"{"from":"human","value":"hi\u0001\"q\" \\b\\ "#,
+            "\u{7f}",
+            r#"\u001f\u0000\t\r\n\b\f"},"#,
+            r#"{"from":"gpt","value":"日本語 — 🦀"#,
+            "\u{2028}\u{2029}",
+            r#"é","reasoning_content":"think\\"},"#,
+            r#"{"from":"observation","value":"{}","name":"f","tool_call_id":"call_1"}],"#,
+            r#""meta":{"k":"v\n\"x\""}}"#,
+            "\n"
+        );
+        assert_eq!(record.json_line(), want);
         let bare = ShareGptRecord {
             system: None,
             tools: None,
@@ -549,7 +414,7 @@ mod tests {
         };
         assert_eq!(
             bare.json_line(),
-            serde_json::to_string(&bare).expect("serialize") + "\n"
+            "{\"id\":\"s:0:1\",\"source\":\"src \\\"q\\\"\",\"conversations\":[]}\n"
         );
     }
 }

@@ -553,7 +553,7 @@ impl Journal {
             replay.limit = Some(partial.events);
             let err = |e| JournalError::Write(partial.path.clone(), e);
             let file =
-                nofollow::open(nofollow::options(0).append(true), &partial.path).map_err(err)?;
+                nofollow::open(nofollow::options().append(true), &partial.path).map_err(err)?;
             let recorder = Recorder {
                 writer: Some(BufWriter::with_capacity(1 << 20, file)),
                 tmp: partial.path.clone(),
@@ -629,7 +629,7 @@ impl Partial {
             return Ok(None);
         };
         let err = |e| JournalError::Write(path.to_owned(), e);
-        let file = nofollow::open(nofollow::options(0).write(true), path).map_err(err)?;
+        let file = nofollow::open(nofollow::options().write(true), path).map_err(err)?;
         file.set_len(offset).map_err(err)?;
         file.sync_all().map_err(err)?;
         Ok(Some(Partial {

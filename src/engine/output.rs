@@ -705,7 +705,7 @@ impl Drop for Output {
 /// Takes the build lock on `DIR.lock`, or says who holds it.
 fn lock(dir: &Path) -> Result<fs::File> {
     let path = sibling(dir, "lock");
-    let mut options = crate::model::nofollow::options(0);
+    let mut options = crate::model::nofollow::options();
     options.read(true).write(true).create(true).truncate(false);
     let mut file = crate::model::nofollow::open(&options, &path)
         .with_context(|| format!("failed to open the lock file `{}`", path.display()))?;

@@ -212,7 +212,7 @@ impl Cache {
                 std::fs::create_dir_all(parent)?;
             }
             crate::model::nofollow::open(
-                crate::model::nofollow::options(0)
+                crate::model::nofollow::options()
                     .create(true)
                     .truncate(false)
                     .write(true),

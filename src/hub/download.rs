@@ -478,7 +478,7 @@ impl<'a> PartialFile<'a> {
             source,
         };
         let file = crate::model::nofollow::open(
-            crate::model::nofollow::options(0)
+            crate::model::nofollow::options()
                 .read(true)
                 .append(true)
                 .create(true),

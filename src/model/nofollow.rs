@@ -12,12 +12,11 @@ use std::fs::{File, OpenOptions};
 use std::io;
 use std::path::Path;
 
-/// Open options that refuse a symbolic link as the file itself, plus the extra `open(2)`
-/// `flags` (e.g. `O_DIRECT`).
-pub fn options(flags: i32) -> OpenOptions {
+/// Open options that refuse a symbolic link as the file itself.
+pub fn options() -> OpenOptions {
     use std::os::unix::fs::OpenOptionsExt;
     let mut options = OpenOptions::new();
-    options.custom_flags(libc::O_NOFOLLOW | flags);
+    options.custom_flags(libc::O_NOFOLLOW);
     options
 }
 
@@ -29,7 +28,7 @@ pub fn open(options: &OpenOptions, path: &Path) -> io::Result<File> {
 
 /// Creates or truncates `path` for writing.
 pub fn create(path: &Path) -> io::Result<File> {
-    let mut options = options(0);
+    let mut options = options();
     options.write(true).create(true).truncate(true);
     open(&options, path)
 }

@@ -6,10 +6,10 @@
 
 mod dataset;
 pub mod derived;
-mod direct;
 pub mod follow;
 pub mod identity;
 pub mod manifest;
+mod output_file;
 pub mod read_back;
 mod shard;
 mod shards;
@@ -19,7 +19,7 @@ use crate::model::nofollow;
 pub use dataset::{
     dataset_info_json, features, pretty, shard_name, state_json, VALIDATION_DIR, VALIDATION_FILES,
 };
-pub use direct::OutputFile;
+pub use output_file::OutputFile;
 pub use shard::{
     schema, BatchBuilder, ShardEncoder, ShardError, ShardSummary, ShardWriter,
     BATCH_ROWS as SHARD_BATCH_ROWS,
@@ -100,7 +100,7 @@ pub fn reopen_side_output(
     len: u64,
 ) -> std::io::Result<std::io::BufWriter<std::fs::File>> {
     use std::io::Seek;
-    let mut file = nofollow::open(nofollow::options(0).write(true), path)?;
+    let mut file = nofollow::open(nofollow::options().write(true), path)?;
     if file.metadata()?.len() < len {
         return Err(std::io::Error::new(
             std::io::ErrorKind::UnexpectedEof,

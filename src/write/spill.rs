@@ -1,7 +1,7 @@
 //! Bucketed spill files: the external shuffle. Rows go to one of up to 256 buckets by the top
 //! bits of their key; reading a bucket back and sorting it yields the global key order.
 
-use super::direct::{read_buffer_len, read_prefix, OutputFile, ReadBack};
+use super::output_file::{read_prefix, OutputFile};
 use super::{TokenRow, WriteError};
 use sha2::{Digest, Sha256};
 use std::io::Write;
@@ -29,8 +29,7 @@ pub fn shuffle_key(seed: u64, sample_id: &str) -> u64 {
 pub struct Spill {
     dir: PathBuf,
     shuffled: bool,
-    /// Written like the outputs (see `direct`): the spill is as large
-    /// as the shards, and read back once.
+    /// Written like the outputs (see `output_file`): the spill is as large as the shards.
     buckets: Vec<Option<OutputFile>>,
     rows: u64,
     /// Bucket files are not synced at sync points (see [`OutputFile::unsynced`]).
@@ -172,9 +171,7 @@ impl Spill {
         for (b, w) in std::mem::take(&mut self.buckets).into_iter().enumerate() {
             if let Some(mut w) = w {
                 let path = self.path(b);
-                let len = w
-                    .finish_padded()
-                    .map_err(|e| WriteError::Io(path.clone(), e))?;
+                let len = w.finish().map_err(|e| WriteError::Io(path.clone(), e))?;
                 buckets.push(SpilledBucket { path, len });
             }
         }
@@ -189,7 +186,7 @@ pub struct SpillState {
     pub buckets: Vec<(u32, u64)>,
 }
 
-/// A finished bucket file and the length of its rows (the file may be padded past it).
+/// A finished bucket file and the length of its rows.
 #[derive(Debug, Clone)]
 pub struct SpilledBucket {
     pub path: PathBuf,
@@ -210,7 +207,7 @@ impl SpilledBucket {
     /// reused buffer that had to grow would briefly exist twice.
     pub fn buffer_for(buckets: &[SpilledBucket]) -> Vec<u8> {
         let largest = buckets.iter().map(|b| b.len).max().unwrap_or(0);
-        Vec::with_capacity(read_buffer_len(largest).unwrap_or(0))
+        Vec::with_capacity(usize::try_from(largest).unwrap_or(0))
     }
 }
 
@@ -218,7 +215,7 @@ impl SpilledBucket {
 /// disk, can run ahead on a thread of its own).
 pub struct LoadedBucket {
     path: PathBuf,
-    data: ReadBack,
+    data: Vec<u8>,
 }
 
 /// One spilled row as stored in a [`Bucket`]: offsets into its bytes.
@@ -327,7 +324,7 @@ impl SpilledRow<'_> {
 /// one read and no allocation per row, where decoding row by row cost more than the rest of
 /// the shard writing together.
 pub struct Bucket {
-    data: ReadBack,
+    data: Vec<u8>,
     sample_ids: String,
     rows: Vec<RowAt>,
 }
@@ -351,7 +348,7 @@ impl Bucket {
     /// Indexes the rows of a loaded bucket in (key, sample_id) order.
     pub fn index(loaded: LoadedBucket) -> Result<Bucket, WriteError> {
         let LoadedBucket { path, data } = loaded;
-        let bytes = data.bytes();
+        let bytes = &data[..];
         let corrupt = || WriteError::Corrupt(path.clone());
         let mut sample_ids = String::new();
         let mut rows = Vec::new();
@@ -392,7 +389,7 @@ impl Bucket {
     /// Row `i` in (key, sample_id) order.
     pub fn row(&self, i: usize) -> SpilledRow<'_> {
         let r = &self.rows[i];
-        let data = self.data.bytes();
+        let data = &self.data[..];
         SpilledRow {
             sample_id: &self.sample_ids[r.sample_id.clone()],
             source: r.source,
@@ -404,7 +401,7 @@ impl Bucket {
 
     /// The rows in (key, sample_id) order.
     pub fn rows(&self) -> impl Iterator<Item = SpilledRow<'_>> {
-        let data = self.data.bytes();
+        let data = &self.data[..];
         self.rows.iter().map(move |r| SpilledRow {
             sample_id: &self.sample_ids[r.sample_id.clone()],
             source: r.source,
@@ -416,7 +413,7 @@ impl Bucket {
 
     /// The buffer, for the next bucket.
     pub fn into_buffer(self) -> Vec<u8> {
-        self.data.into_buffer()
+        self.data
     }
 }
 
@@ -587,7 +584,7 @@ mod tests {
             let dir = tempfile::tempdir().expect("tempdir");
             let mut spill = Spill::new(dir.path(), shuffled).expect("spill");
             // ~1 MB in one bucket (top key byte 0, or sequence numbers below 8,192): many
-            // 64 KiB blocks and a padded last one.
+            // 64 KiB blocks and a partial last one.
             let rows: Vec<TokenRow> = (0..700u64)
                 .map(|i| {
                     row(

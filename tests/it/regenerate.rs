@@ -335,19 +335,8 @@ fn rows_are_the_servers_prompt_and_completion_ids_with_the_mask() {
     let log = server.with(|s| s.log.clone());
     let rows = rows(&out);
     assert!(rows.len() >= 10, "{} rows", rows.len());
-    // Every row is one generation the server made: its prompt ids (mask 0), then its
-    // completion ids (mask 1).
     for (id, (ids, mask)) in &rows {
-        let (prompt, completion) = log
-            .iter()
-            .find(|(p, c)| p.len() + c.len() == ids.len() && ids.starts_with(p) && ids.ends_with(c))
-            .unwrap_or_else(|| panic!("row {id} is no generation of the server"));
-        assert_eq!(
-            mask[..prompt.len()].iter().filter(|&&m| m != 0).count(),
-            0,
-            "{id}"
-        );
-        assert!(mask[prompt.len()..].iter().all(|&m| m == 1), "{id}");
+        let completion = generation_of(&log, id, ids, mask);
         assert_eq!(completion.last(), Some(&IM_END));
     }
     let manifest = json(&out.join("manifest.json"));
@@ -773,6 +762,23 @@ fn a_killed_build_resumes_without_resending_and_ends_byte_identical() {
 }
 
 /// Every generation in a cache directory: (prompt ids, completion ids).
+/// Checks that row `id` is one generation the server made, its prompt ids (mask 0) then its
+/// completion ids (mask 1), and returns the completion; panics naming the row otherwise.
+fn generation_of<'a>(
+    generations: &'a [(Vec<u32>, Vec<u32>)],
+    id: &str,
+    ids: &[u32],
+    mask: &[u8],
+) -> &'a [u32] {
+    let (prompt, completion) = generations
+        .iter()
+        .find(|(p, c)| p.len() + c.len() == ids.len() && ids.starts_with(p) && ids.ends_with(c))
+        .unwrap_or_else(|| panic!("row {id} is no generation of the server"));
+    assert!(mask[..prompt.len()].iter().all(|&m| m == 0), "{id}");
+    assert!(mask[prompt.len()..].iter().all(|&m| m == 1), "{id}");
+    completion
+}
+
 fn cached(dir: &Path) -> Vec<(Vec<u32>, Vec<u32>)> {
     let mut all = Vec::new();
     for sub in std::fs::read_dir(dir).expect("cache").flatten() {
@@ -843,18 +849,11 @@ fn a_real_vllm_server() {
             .get("render_mismatch")
             .is_none());
     }
-    // Rows = the server's prompt ids (mask 0) + its completion ids (mask 1).
     let generations = cached(&a.join("cache"));
     let rows_a = rows(&out_a);
     assert!(rows_a.len() >= 50, "{} rows", rows_a.len());
     for (id, (ids, mask)) in &rows_a {
-        let (prompt, completion) = generations
-            .iter()
-            .find(|(p, c)| p.len() + c.len() == ids.len() && ids.starts_with(p) && ids.ends_with(c))
-            .unwrap_or_else(|| panic!("row {id} is no generation of the server"));
-        assert!(mask[..prompt.len()].iter().all(|&m| m == 0), "{id}");
-        assert!(mask[prompt.len()..].iter().all(|&m| m == 1), "{id}");
-        assert!(!completion.is_empty());
+        assert!(!generation_of(&generations, id, ids, mask).is_empty());
     }
     // Killed half-way, resumed: only the unfinished requests are sent.
     let pb = pipeline(&b, &url, settings, (40, 10), &[], "out");

@@ -1,7 +1,6 @@
 //! Write-side reliability: nothing the tool writes is reached through a symbolic link; a
 //! resume survives kills at any system call (injected with `strace`), however many in a row;
-//! a build killed between finishing its dataset and the swap is swapped in by the next one;
-//! direct writes (`CHATSHARDS_DIRECT_IO=1`) give the same bytes as buffered ones.
+//! a build killed between finishing its dataset and the swap is swapped in by the next one.
 
 use crate::common;
 use common::{bin, project, snapshot, stderr};
@@ -274,17 +273,4 @@ fn a_resume_killed_again_and_again_then_at_the_swap_ends_with_the_same_bytes() {
     for left in ["out.partial", "out.work-done"] {
         assert!(!tmp.path().join(left).exists(), "{left}");
     }
-}
-
-#[test]
-fn direct_writes_give_the_same_bytes_as_buffered_ones() {
-    let expected = reference(tempfile::tempdir().expect("tempdir").path());
-    let tmp = tempfile::tempdir().expect("tempdir");
-    let p = project(tmp.path(), MIX);
-    let out = build(&p)
-        .env("CHATSHARDS_DIRECT_IO", "1")
-        .output()
-        .expect("build");
-    assert!(out.status.success(), "{}", stderr(&out));
-    assert!(snapshot(&tmp.path().join("out")) == expected);
 }
