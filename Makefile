@@ -21,11 +21,11 @@ demo:
 test: lint test-rust check-goldens test-oracle
 
 lint:
-	$(CARGO) fmt --check
-	$(CARGO) clippy --all-targets --quiet -- -D warnings
+	$(CARGO) fmt --all --check
+	$(CARGO) clippy --workspace --all-targets --quiet -- -D warnings
 
 test-rust:
-	$(CARGO) test --quiet
+	$(CARGO) test --workspace --quiet
 
 $(PY): tests/oracle/requirements.txt
 	$(PYTHON) -m venv $(VENV)

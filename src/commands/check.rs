@@ -573,16 +573,23 @@ fn project_mix(
                     (v as f64 * conversations as f64 / p.kept as f64).round() as u64
                 }
             };
+            let (tokens, supervised_tokens) = (per(p.tokens), per(p.supervised_tokens));
             MixLine {
                 source: s.name.clone(),
                 conversations,
                 weight: selection[i].1,
                 take: selection[i].0,
                 quota: selection[i].0.unwrap_or(a.quota * scale),
-                realized: a.realized * scale,
+                // In the target's unit, from what is taken, as the build's ledger counts it
+                // (an allocation's own `realized` is not kept for every kind of source).
+                realized: match target.target {
+                    MixTarget::Rows => conversations,
+                    MixTarget::Tokens => tokens,
+                    MixTarget::SupervisedTokens => supervised_tokens,
+                },
                 rows: per(p.rows),
-                tokens: per(p.tokens),
-                supervised_tokens: per(p.supervised_tokens),
+                tokens,
+                supervised_tokens,
                 copies: a.copies.len() as u64 * scale,
                 share: Shares::default(),
             }

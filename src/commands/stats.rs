@@ -168,16 +168,27 @@ pub fn summary_text(manifest: &Value, stats: Option<&StatsFile>, wide: bool) -> 
         wide,
     ));
     if wide {
-        // Counts a later version added to the manifest, under their own names.
+        // Counts a later version added to the manifest, under their own names and heading:
+        // they are not drops, so not under the table's `dropped rows`.
+        let mut lines = Vec::new();
         for (name, s) in sources {
-            for (k, n) in extra_counts(s) {
-                if !matches!(
-                    k.as_str(),
-                    "near_duplicate" | "contaminated" | "sampled_out" | "repeated"
-                ) {
-                    out.push(format!("  {name}: {k} {}", thousands(n)));
-                }
+            let items: Vec<String> = extra_counts(s)
+                .into_iter()
+                .filter(|(k, _)| {
+                    !matches!(
+                        k.as_str(),
+                        "near_duplicate" | "contaminated" | "sampled_out" | "repeated"
+                    )
+                })
+                .map(|(k, n)| format!("{k} {}", thousands(n)))
+                .collect();
+            if !items.is_empty() {
+                lines.push(format!("  {name}: {}", items.join(", ")));
             }
+        }
+        if !lines.is_empty() {
+            out.push("other counts, by source:".to_owned());
+            out.extend(lines);
         }
     }
     if stats.is_none() {
@@ -185,9 +196,13 @@ pub fn summary_text(manifest: &Value, stats: Option<&StatsFile>, wide: bool) -> 
             "(no {STATS}: built by an older version; percentiles not shown)"
         ));
     } else {
-        out.push(
-            "len_pN: tokens per row at percentile N; --wide adds sup_p50, supervised tokens\nper row. Percentiles are bin tops: exact below 32, at most 6.25% high above.".into(),
-        );
+        // What the shown columns mean (the default shows len_p50 and len_p99 alone).
+        out.push(if wide {
+            "len_pN: tokens per row at percentile N, len_max the longest; sup_p50: the\nsupervised tokens per row. Percentiles are bin tops: exact below 32, at most\n6.25% high above."
+        } else {
+            "len_pN: tokens per row at percentile N; --wide adds len_p90, len_max and sup_p50\n(supervised tokens per row). Percentiles are bin tops: exact below 32, at most\n6.25% high above."
+        }
+        .into());
     }
     out.join("\n")
 }

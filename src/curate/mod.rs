@@ -12,13 +12,13 @@
 //!
 //! The engine's `curator` runs the per-row steps on the pool; [`ledger`] keeps one compact record per row and
 //! makes the decisions across rows (dedup survivors, near-duplicate groups, selection) and the
-//! accounting. [`language`] is the `language` filter's detector. [`text`] holds the text scopes and the normalization the steps share. Every persisted or
+//! accounting. The `language` filter's detector is the workspace crate `langid-index`
+//! (`crates/langid-index`). [`text`] holds the text scopes and the normalization the steps share. Every persisted or
 //! order-deciding hash is xxh3-64 with an explicit seed or SHA-256.
 
 pub mod decontaminate;
 pub mod exact;
 pub mod filters;
-pub mod language;
 pub mod ledger;
 pub mod near_dup;
 pub mod select;

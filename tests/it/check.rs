@@ -141,6 +141,15 @@ fn demo_sample_of_small_sources_is_the_whole_source_and_matches_the_build() {
     assert_eq!(conv("tools"), 35);
     assert_eq!(conv("alpaca"), 50);
     assert_eq!(conv("curation"), 29);
+    // Quotas and what is realized of them, in the target's unit (rows), are the build's.
+    for n in ["chat", "tools", "alpaca", "curation"] {
+        for key in ["quota", "realized"] {
+            assert_eq!(
+                report["mix"]["sources"][n][key], manifest["mix"]["sources"][n][key],
+                "{n}: {key}"
+            );
+        }
+    }
     // Each source's example is a kept row, its mask shown in brackets.
     let e = &source(&report, "chat")["example"];
     assert!(e["sample_id"].as_str().expect("id").starts_with("chat:0:"));

@@ -28,6 +28,7 @@ mod report;
 mod report_examples;
 mod resume;
 mod serve_render;
+mod snapshots;
 mod speculator;
 mod structure;
 mod trainers;

@@ -64,7 +64,7 @@ impl Filter for Language {
 /// A [`Language`] filter with its codes resolved.
 #[derive(Debug)]
 struct KeepLanguages {
-    keep: Vec<whatlang::Lang>,
+    keep: Vec<langid_index::Lang>,
     min_confidence: f64,
     drop_low_confidence: bool,
     scope: Scope,
@@ -74,7 +74,7 @@ impl JudgeText for KeepLanguages {
     fn judge(&self, row: &RowText) -> Option<String> {
         let (keep, min_confidence, scope) = (&self.keep, self.min_confidence, self.scope);
         let Some((lang, confidence)) =
-            crate::curate::language::detect(prefix(row.scope(scope), LANGUAGE_CHARS))
+            langid_index::detect(prefix(row.scope(scope), LANGUAGE_CHARS))
         else {
             return Some(format!("no language detected in {} text", scope.as_str()));
         };
@@ -115,8 +115,8 @@ pub(super) fn prefix(text: &str, chars: usize) -> &str {
 }
 
 /// whatlang's languages with their ISO 639-1 codes (all of its languages have one).
-pub(super) const LANGS: &[(&str, whatlang::Lang)] = {
-    use whatlang::Lang::*;
+pub(super) const LANGS: &[(&str, langid_index::Lang)] = {
+    use langid_index::Lang::*;
     &[
         ("af", Afr),
         ("ak", Aka),
@@ -193,20 +193,20 @@ pub(super) const LANGS: &[(&str, whatlang::Lang)] = {
 
 /// A language from an ISO 639-1 code, `no` (Norwegian, detected as Bokmål) or an ISO 639-3
 /// code as whatlang spells it; case-insensitive.
-fn lang_from_code(code: &str) -> Option<whatlang::Lang> {
+fn lang_from_code(code: &str) -> Option<langid_index::Lang> {
     let code = code.to_ascii_lowercase();
     if code == "no" {
-        return Some(whatlang::Lang::Nob);
+        return Some(langid_index::Lang::Nob);
     }
     LANGS
         .iter()
         .find(|(c, _)| *c == code)
         .map(|(_, l)| *l)
-        .or_else(|| whatlang::Lang::from_code(code))
+        .or_else(|| langid_index::Lang::from_code(code))
 }
 
 /// The ISO 639-1 code of a detected language.
-fn lang_code(lang: whatlang::Lang) -> &'static str {
+fn lang_code(lang: langid_index::Lang) -> &'static str {
     LANGS
         .iter()
         .find(|(_, l)| *l == lang)

@@ -1,18 +1,19 @@
-//! Language identification for the `language` filter: whatlang 0.18's decisions (language and
-//! confidence, bit for bit), computed through an inverted trigram index.
+//! whatlang 0.18's language detection (language and confidence, bit for bit), computed through
+//! an inverted trigram index: [`detect`] gives what `whatlang::detect` gives, in [`Lang`]
+//! (whatlang's own type, re-exported). It is the `language` filter's detector in chatshards.
 //!
 //! whatlang scores a text against each language of its script by walking that language's 300
 //! profile trigrams and looking each one up in the text's trigram ranks: about 11,000 hash
 //! lookups a row for a Latin-script text, whatever the text. The distance it sums is
 //! `Σ over the profile: |rank in text − rank in profile|, or 300 when absent`, which equals
 //! `300·300 − Σ over the trigrams both hold: (300 − |rank in text − rank in profile|)`. So this
-//! module walks the text's (at most 600) ranked trigrams instead, and adds, for each, the gain of
+//! crate walks the text's (at most 600) ranked trigrams instead, and adds, for each, the gain of
 //! every language whose profile holds it (an inverted index built once from the same profiles,
-//! `language/profiles.tsv`, copied from whatlang by `tests/oracle/vendor_whatlang_profiles.py`).
+//! `src/profiles.tsv`, copied from whatlang by `vendor_whatlang.py` beside this crate's manifest).
 //! One pass over the text counts its trigrams and its characters: trigrams of the 27 characters
 //! `a`–`z` and space (most of any Latin-script text) in a dense table, the others in a map; the
 //! alphabet scores, which depend only on how often each character occurs, come from the same
-//! counts and whatlang's alphabets (`language/alphabets.tsv`, copied by the same script).
+//! counts and whatlang's alphabets (`src/alphabets.tsv`, copied by the same script).
 //! Everything else — script detection, the combined score, the confidence and the tie order of
 //! whatlang's unstable sorts — is whatlang's own code or a copy of it on the same inputs in the
 //! same order, so decisions are identical; the tests compare with `whatlang::detect` (and the
@@ -23,15 +24,18 @@ use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::LazyLock;
 
 use whatlang::dev::LowercaseText;
-use whatlang::{Lang, Script};
+use whatlang::Script;
+
+/// whatlang's language type: [`detect`]'s answers are `whatlang::detect`'s.
+pub use whatlang::Lang;
 
 /// whatlang's constants (`trigrams/mod.rs`).
 const MAX_TRIGRAM_DISTANCE: i64 = 300;
 const MAX_TOTAL_DISTANCE: i64 = MAX_TRIGRAM_DISTANCE * MAX_TRIGRAM_DISTANCE;
 const TEXT_TRIGRAMS_SIZE: usize = 600;
 
-const PROFILES: &str = include_str!("language/profiles.tsv");
-const ALPHABETS: &str = include_str!("language/alphabets.tsv");
+const PROFILES: &str = include_str!("profiles.tsv");
+const ALPHABETS: &str = include_str!("alphabets.tsv");
 
 /// The scripts whose languages whatlang tells apart by trigrams, in `PROFILES`' spelling.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]

@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """Copy whatlang 0.18's trigram profiles and alphabets (MIT, github.com/greyblake/whatlang-rs)
-into src/curate/language/profiles.tsv and alphabets.tsv, the tables behind chatshards'
-inverted-index detector.
+into this crate's src/profiles.tsv and src/alphabets.tsv, the tables behind its inverted-index
+detector.
 
-Usage: python3 tests/oracle/vendor_whatlang_profiles.py [PATH/TO/whatlang-0.18.0]
+Usage: python3 crates/langid-index/vendor_whatlang.py [PATH/TO/whatlang-0.18.0]
 (default: the crate's source in Cargo's registry, found with `cargo metadata`).
 Each output line: script, language (whatlang's code), then the language's 300 trigrams in rank
 order as one string of 900 characters (3 per trigram; spaces are part of trigrams).
@@ -16,7 +16,9 @@ import re
 import subprocess
 import sys
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
+# The crate's directory (the tables) and the workspace root (Cargo.lock, for `cargo metadata`).
+CRATE = pathlib.Path(__file__).resolve().parent
+ROOT = CRATE.parents[1]
 
 
 def crate_dir() -> pathlib.Path:
@@ -35,7 +37,7 @@ def crate_dir() -> pathlib.Path:
 def main() -> None:
     src = (crate_dir() / "src/trigrams/profiles.rs").read_text(encoding="utf-8")
     lines = ["# whatlang 0.18.0 trigram profiles (MIT, Copyright (c) 2017 Sergey Potapov), "
-             "written by tests/oracle/vendor_whatlang_profiles.py: script, lang, 300 trigrams"]
+             "written by crates/langid-index/vendor_whatlang.py: script, lang, 300 trigrams"]
     blocks = re.split(r"pub static (\w+)_LANGS: LangProfileList", src)[1:]
     for script, body in zip(blocks[0::2], blocks[1::2]):
         for lang, trigrams in re.findall(r"Lang::(\w+),\s*&\[(.*?)\]", body, re.S):
@@ -48,7 +50,7 @@ def main() -> None:
             lines.append(f"{script.lower()}\t{lang.lower()}\t{joined}")
     if len(lines) != 52:
         sys.exit(f"{len(lines) - 1} languages, expected 51")
-    out = ROOT / "src/curate/language/profiles.tsv"
+    out = CRATE / "src/profiles.tsv"
     out.write_text("\n".join(lines) + "\n", encoding="utf-8")
     print(f"wrote {out.relative_to(ROOT)}: {len(lines) - 1} languages")
     alphabets(crate_dir())
@@ -56,7 +58,7 @@ def main() -> None:
 
 def alphabets(crate: pathlib.Path) -> None:
     lines = ["# whatlang 0.18.0 alphabets (MIT, Copyright (c) 2017 Sergey Potapov), "
-             "written by tests/oracle/vendor_whatlang_profiles.py: script, lang, alphabet"]
+             "written by crates/langid-index/vendor_whatlang.py: script, lang, alphabet"]
     for script in ["latin", "cyrillic"]:
         src = (crate / f"src/alphabets/{script}.rs").read_text(encoding="utf-8")
         consts = dict(re.findall(r'const (\w+): &str =\s*"(.*?)";', src, re.S))
@@ -70,7 +72,7 @@ def alphabets(crate: pathlib.Path) -> None:
             lines.append(f"{script}\t{lang.lower()}\t{alphabet}")
     if len(lines) != 1 + 37 + 6:
         sys.exit(f"{len(lines) - 1} alphabets, expected 43")
-    out = ROOT / "src/curate/language/alphabets.tsv"
+    out = CRATE / "src/alphabets.tsv"
     out.write_text("\n".join(lines) + "\n", encoding="utf-8")
     print(f"wrote {out.relative_to(ROOT)}: {len(lines) - 1} alphabets")
 
