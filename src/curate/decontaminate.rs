@@ -8,6 +8,7 @@
 //! prose was not. An item shorter than one n-gram (window) matches when the row contains all of
 //! it.
 
+use super::filters::{around, head};
 use super::text::{self, RowText, Scope};
 use crate::conversation::Conversation;
 use crate::hub::HubEntry;
@@ -288,11 +289,16 @@ fn kind(v: &Value) -> &'static str {
     }
 }
 
-/// A benchmark item a row overlaps.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// A benchmark item a row overlaps, and where.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Hit {
     pub benchmark: String,
     pub item: String,
+    /// The row's text as written (its scope's) around the first n-gram it shares with the
+    /// item, as the normalization matched it: the n-gram first, then context either side, at
+    /// most [`EVIDENCE_CHARS`](super::filters::EVIDENCE_CHARS) characters (`text` in
+    /// `filtered.jsonl`).
+    pub text: String,
 }
 
 /// The n-grams of every benchmark item, each with the first item (benchmarks in the order
@@ -369,7 +375,9 @@ impl DecontamIndex {
         if self.grams.is_empty() {
             return None;
         }
-        self.check_normalized(row.normalized(self.scope))
+        let normalized = row.normalized(self.scope);
+        let (item, gram) = self.find(normalized)?;
+        Some(self.hit(item, row.scope(self.scope), normalized, gram))
     }
 
     /// The scope whose text [`DecontamIndex::check`] reads.
@@ -382,27 +390,36 @@ impl DecontamIndex {
         if self.grams.is_empty() {
             return None;
         }
-        self.check_normalized(&text::normalize(raw))
+        let normalized = text::normalize(raw);
+        let (item, gram) = self.find(&normalized)?;
+        Some(self.hit(item, raw, &normalized, gram))
     }
 
-    /// [`DecontamIndex::check`] on [`text::normalize`]d text (to normalize a scope's text once
-    /// for several steps).
-    pub fn check_normalized(&self, normalized: &str) -> Option<Hit> {
+    /// The first item that [`text::normalize`]d text shares an n-gram with, and the bytes of
+    /// that n-gram in it.
+    fn find(&self, normalized: &str) -> Option<(u32, (usize, usize))> {
         let units = self.units(normalized);
-        let found = std::iter::once(self.n)
+        std::iter::once(self.n)
             .chain(self.short.iter().copied())
             .find_map(|len| {
                 Grams::new(normalized, &units, len).find_map(|(h, at)| {
                     let &first = self.grams.get(&h)?;
-                    let gram = &normalized[units[at].0..units[at + len - 1].1];
-                    self.item_with(first, gram)
+                    let span = (units[at].0, units[at + len - 1].1);
+                    let item = self.item_with(first, &normalized[span.0..span.1])?;
+                    Some((item, span))
                 })
-            })?;
-        let (b, id, _) = &self.items[found as usize];
-        Some(Hit {
+            })
+    }
+
+    /// The hit of item `item` on `raw`, whose normalization `normalized` holds the n-gram at
+    /// bytes `gram`. Only rows that hit (a few) pay for mapping it back to the raw text.
+    fn hit(&self, item: u32, raw: &str, normalized: &str, gram: (usize, usize)) -> Hit {
+        let (b, id, _) = &self.items[item as usize];
+        Hit {
             benchmark: self.benchmarks[*b as usize].clone(),
             item: id.clone(),
-        })
+            text: evidence(raw, normalized, gram),
+        }
     }
 
     /// The first item from `first` on whose normalized text `gram` is an n-gram: `first`
@@ -433,6 +450,29 @@ impl DecontamIndex {
                 .collect(),
         }
     }
+}
+
+/// `raw` around the characters its normalization `normalized` has at bytes `start..end`,
+/// as [`around`] shows a regex's match.
+fn evidence(raw: &str, normalized: &str, gram: (usize, usize)) -> String {
+    match raw_span(raw, normalized, gram) {
+        Some((from, to)) => around(raw, from, to),
+        // The two normalizations are one function's; were they ever to differ, the text's
+        // head is shown rather than a wrong passage.
+        None => head(raw),
+    }
+}
+
+/// The bytes of `raw` that the bytes `start..end` of its normalization `normalized` came from.
+fn raw_span(raw: &str, normalized: &str, (start, end): (usize, usize)) -> Option<(usize, usize)> {
+    let (again, origins) = text::normalize_with_origins(raw);
+    if again != normalized {
+        return None;
+    }
+    let first = normalized.get(..start)?.chars().count();
+    let last = first + normalized.get(start..end)?.chars().count().checked_sub(1)?;
+    let (from, to) = (origins.get(first)?.0, origins.get(last)?.1);
+    (from <= to && raw.is_char_boundary(from) && raw.is_char_boundary(to)).then_some((from, to))
 }
 
 /// The seed of the unit hash (an in-memory index: not persisted).
@@ -570,6 +610,59 @@ mod tests {
         }
         assert_eq!(Grams::new(text, &spans, spans.len() + 1).count(), 0);
         assert_eq!(Grams::new(text, &spans, 0).count(), 0);
+    }
+
+    #[test]
+    fn a_hit_shows_the_first_shared_ngram_as_the_row_wrote_it() {
+        let words = index(
+            DecontamMode::Words,
+            &[
+                "def has_close_elements(numbers, threshold):",
+                "école de paris",
+            ],
+        );
+        // The passage the first shared n-gram came from, in the row's own spelling.
+        let passage = |index: &DecontamIndex, raw: &str| {
+            let normalized = text::normalize(raw);
+            let (_, gram) = index.find(&normalized).expect("a hit");
+            let (from, to) = raw_span(raw, &normalized, gram).expect("a span");
+            raw[from..to].to_owned()
+        };
+        assert_eq!(
+            passage(&words, "Write `DEF Has_Close_Elements(numbers, t)` now."),
+            "DEF Has_Close"
+        );
+        // Full-width letters and an ideographic space (NFKC), a composed accent.
+        assert_eq!(
+            passage(&words, "x ｄｅｆ　ＨＡＳ ｃｌｏｓｅ ﬁne"),
+            "ｄｅｆ　ＨＡＳ ｃｌｏｓｅ"
+        );
+        assert_eq!(
+            passage(&words, "À l'E\u{301}cole -- de  Paris!"),
+            "E\u{301}cole -- de  Paris"
+        );
+        let chars = index(DecontamMode::Chars, &["abcdef"]);
+        assert_eq!(passage(&chars, "zz xBCDe zz"), "BCDe");
+        // In `filtered.jsonl`: the passage first, then context either side, cut with `…`.
+        let before = "word ".repeat(60);
+        let after = " more".repeat(60);
+        let row = format!("{before}DEF Has_Close_Elements(numbers, 0.5){after}");
+        let hit = words.check_text(&row).expect("a hit");
+        assert_eq!((hit.benchmark.as_str(), hit.item.as_str()), ("b", "item/0"));
+        // 13 characters matched, 187 of context: 93 before, 94 after.
+        let expected = format!(
+            "…{}DEF Has_Close{}…",
+            &before[before.len() - 93..],
+            &format!("_Elements(numbers, 0.5){after}")[..94]
+        );
+        assert_eq!(hit.text, expected);
+        assert_eq!(hit.text.chars().count(), 202);
+        // A row shorter than that is shown whole.
+        let short = words.check_text("Is école de Paris far?").expect("a hit");
+        assert_eq!(
+            (short.item.as_str(), short.text.as_str()),
+            ("item/1", "Is école de Paris far?")
+        );
     }
 
     #[test]

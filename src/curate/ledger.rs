@@ -12,6 +12,7 @@
 //! [`Ledger::settle`] turns the records into the per-source accounting, in which every row read
 //! is counted exactly once, under the first step that dropped it.
 
+use super::decontaminate::Hit;
 use super::exact::{ExactIndex, Fingerprint};
 use super::near_dup::NearDupIndex;
 use super::select::{self, AllocError, Allocation, MixConfig, Sample, Supply};
@@ -38,8 +39,8 @@ struct Candidate {
 pub struct Scanned {
     pub fingerprint: Option<Fingerprint>,
     pub bands: Option<Box<[u64]>>,
-    /// `(benchmark, item)` of the first benchmark n-gram the row shares.
-    pub hit: Option<(String, String)>,
+    /// The first benchmark n-gram the row shares: the item, and the row's text around it.
+    pub hit: Option<Hit>,
     pub weight: u32,
 }
 
@@ -50,10 +51,7 @@ pub enum Dropped {
     Duplicate(u32),
     /// In the near-duplicate group whose survivor has this global index.
     NearDuplicate(u32),
-    Contaminated {
-        benchmark: String,
-        item: String,
-    },
+    Contaminated(Hit),
 }
 
 /// The result of rendering and tokenizing one candidate.
@@ -100,7 +98,7 @@ struct SourceLedger {
     candidates: Vec<Candidate>,
     /// Global index of `candidates[0]`.
     first: u32,
-    hits: BTreeMap<u32, (String, String)>,
+    hits: BTreeMap<u32, Hit>,
     dropped: BTreeMap<u32, Dropped>,
     /// Local candidate indices that can be selected, in selection order (after `decide`).
     eligible: Vec<u32>,
@@ -393,10 +391,8 @@ impl Ledger {
         self.exact = None;
         for s in &mut self.sources {
             let hits = std::mem::take(&mut s.hits);
-            for (local, (benchmark, item)) in hits {
-                s.dropped
-                    .entry(local)
-                    .or_insert(Dropped::Contaminated { benchmark, item });
+            for (local, hit) in hits {
+                s.dropped.entry(local).or_insert(Dropped::Contaminated(hit));
             }
             let mut eligible: Vec<u32> = (0..s.candidates.len() as u32)
                 .filter(|l| !s.dropped.contains_key(l))
@@ -428,9 +424,13 @@ impl Ledger {
                         };
                         (reason, vec![("duplicate_of", id)])
                     }
-                    Dropped::Contaminated { benchmark, item } => (
+                    Dropped::Contaminated(hit) => (
                         "contaminated",
-                        vec![("benchmark", benchmark.clone()), ("item", item.clone())],
+                        vec![
+                            ("benchmark", hit.benchmark.clone()),
+                            ("item", hit.item.clone()),
+                            ("text", hit.text.clone()),
+                        ],
                     ),
                 };
                 notes.push(RowNote {
@@ -661,7 +661,7 @@ impl Ledger {
                 match dropped {
                     Dropped::Duplicate(_) => stats.deduplicated += 1,
                     Dropped::NearDuplicate(_) => stats.near_duplicate += 1,
-                    Dropped::Contaminated { .. } => stats.contaminated += 1,
+                    Dropped::Contaminated(_) => stats.contaminated += 1,
                 }
             }
             // The eligible rows up to the last one selected count with their own outcome;

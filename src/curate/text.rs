@@ -254,6 +254,65 @@ pub fn normalize_into(out: &mut String, text: &str) {
     }
 }
 
+/// [`normalize`], and for each character of the result the byte range of `text` it came from
+/// (a composed character: the characters it was composed of; a space: the start of the word
+/// after it), so that a match found in normalized text can be shown as it was written.
+pub fn normalize_with_origins(text: &str) -> (String, Vec<(usize, usize)>) {
+    let mut out = String::with_capacity(text.len());
+    let mut origins: Vec<(usize, usize)> = Vec::with_capacity(text.len());
+    let mut gap = false;
+    let bytes = text.as_bytes();
+    let is_separator = |b: u8| b.is_ascii() && !b.is_ascii_alphanumeric();
+    let mut i = 0;
+    // The chunks of [`normalize_into`], each through NFKC with its alignments: a change of 1
+    // is a character NFKC added (it comes from the one before), -N one that absorbed the N
+    // characters after it.
+    while i < bytes.len() {
+        let start = i;
+        while i < bytes.len() && !is_separator(bytes[i]) {
+            i += 1;
+        }
+        let chunk = &text[start..i];
+        let mut raw = chunk.char_indices();
+        let mut last = (start, start);
+        for (c, change) in chunk.nfkc() {
+            let next = if change < 1 { raw.next() } else { None };
+            let from = match next {
+                Some((at, rc)) => {
+                    let mut end = start + at + rc.len_utf8();
+                    for _ in 0..change.unsigned_abs() {
+                        if let Some((at, rc)) = raw.next() {
+                            end = start + at + rc.len_utf8();
+                        }
+                    }
+                    (start + at, end)
+                }
+                _ => last,
+            };
+            last = from;
+            if !c.is_alphanumeric() {
+                gap = !out.is_empty();
+                continue;
+            }
+            let single = is_unspaced_script(c);
+            if (gap || single) && !out.is_empty() && !out.ends_with(' ') {
+                out.push(' ');
+                origins.push((from.0, from.0));
+            }
+            gap = single;
+            for lower in c.to_lowercase() {
+                out.push(lower);
+                origins.push(from);
+            }
+        }
+        if i < bytes.len() {
+            gap = !out.is_empty();
+            i += 1;
+        }
+    }
+    (out, origins)
+}
+
 /// The words of [`normalize`]d text.
 pub fn words(normalized: &str) -> impl Iterator<Item = &str> {
     normalized.split(' ').filter(|w| !w.is_empty())
@@ -348,6 +407,59 @@ mod tests {
             out.extend(c.to_lowercase());
         }
         out
+    }
+
+    #[test]
+    fn each_normalized_character_knows_where_it_came_from() {
+        let spans = |t: &str| {
+            let (normalized, origins) = normalize_with_origins(t);
+            let pieces: Vec<String> = normalized
+                .chars()
+                .zip(&origins)
+                .map(|(c, &(from, to))| format!("{c}={}", &t[from..to]))
+                .collect();
+            (normalized, pieces.join(" "))
+        };
+        assert_eq!(
+            spans("Hi, ﬁ Ｘ"),
+            (
+                "hi fi x".to_owned(),
+                "h=H i=i  = f=ﬁ i=ﬁ  = x=Ｘ".to_owned()
+            )
+        );
+        assert_eq!(
+            spans("E\u{301}t 我爱"),
+            (
+                "ét 我 爱".to_owned(),
+                "é=E\u{301} t=t  = 我=我  = 爱=爱".to_owned()
+            )
+        );
+        // The same normalization as `normalize`, every origin on character boundaries.
+        for t in [
+            "Hello,  WORLD!\n ｆｏｏ_bar",
+            "Ⅻ ﬁne ½",
+            "Straße İSTANBUL ÉCOLE",
+            "我爱Rust语言!",
+            "e\u{301}t\u{e9}",
+            "a=\u{338}b <\u{338} >\u{338}",
+            " \u{301}x .\u{345}y",
+            "ﬁ½x Ⅻ,ｆｏｏ-バー",
+            "가\u{1161}각 한국어",
+            "x\u{327}\u{301}.\u{301}\u{327}z",
+            "日本。語 ⁵x²",
+            "",
+            "  ...  ",
+        ] {
+            let (normalized, origins) = normalize_with_origins(t);
+            assert_eq!(normalized, normalize(t), "{t:?}");
+            assert_eq!(origins.len(), normalized.chars().count(), "{t:?}");
+            for &(from, to) in &origins {
+                assert!(
+                    from <= to && t.get(from..to).is_some(),
+                    "{t:?} {from}..{to}"
+                );
+            }
+        }
     }
 
     #[test]

@@ -78,11 +78,7 @@ impl<'p> Curator<'p> {
                 true => self.minhash.as_ref().and_then(|m| m.bands_of_row(&text)),
                 false => None,
             },
-            hit: self
-                .decontam
-                .as_ref()
-                .and_then(|d| d.check_row(&text))
-                .map(|hit| (hit.benchmark, hit.item)),
+            hit: self.decontam.as_ref().and_then(|d| d.check_row(&text)),
             weight,
         })
     }

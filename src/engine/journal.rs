@@ -36,8 +36,8 @@ use std::sync::{Arc, Mutex};
 
 /// Version of the pass file format; a journal of another version is not resumed. 4: the
 /// regeneration tally of a kept row gained `not_verbatim`; 5: a kept row gained its split
-/// `group`.
-const FORMAT: u32 = 5;
+/// `group`; 6: a candidate's benchmark hit gained the text it shares.
+const FORMAT: u32 = 6;
 
 /// Rows between two segments of a pass, unless the build says otherwise: a few seconds of work,
 /// and few enough syncs (each syncs every open spill bucket) to cost nothing measurable.

@@ -37,8 +37,9 @@ use std::io::{self, BufReader, BufWriter, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-/// 3: a filtered row carries the text its filter judged.
-const PART_FORMAT: u32 = 3;
+/// 3: a filtered row carries the text its filter judged; 4: a benchmark hit, the text it
+/// shares.
+const PART_FORMAT: u32 = 4;
 
 /// Which part of how many.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -11,10 +11,10 @@
 //! rows the scan kept as candidates (for sources not scanned yet, at the candidates per byte
 //! seen so far), at most the source's `take`. Their time per row is, once enough work rows
 //! are done, the work passes' rate over their last [`WORK_WINDOW`] seconds; before, the scan's
-//! time per row times what the scan measured of the two on the same rows: it times one row in
-//! [`WORK_SAMPLE_EVERY`](super::run::WORK_SAMPLE_EVERY) through the work as well
-//! ([`WorkSample`]), so the ratio is this build's, on this machine, for these rows (scaled by
-//! [`BATCHED_PER_SAMPLED`]: a row worked alone runs colder than in a batch; the
+//! time per row times what the scan measured of the two on the same rows: it times runs of
+//! [`WORK_SAMPLE_ROWS`](super::run::WORK_SAMPLE_ROWS) consecutive rows through the work as
+//! well, worked as one batch by the work pass's own code ([`WorkSample`]), so the ratio is this
+//! build's, on this machine, for these rows, with no factor fitted anywhere (the
 //! constant [`WORK_PER_SCAN_ROW`] stands in only where nothing was sampled: a merge, a
 //! pre-tokenized or regenerated source). The shard phase (reading the spill back, writing the
 //! Arrow files in parallel, hashing them) is estimated before it starts as
@@ -52,12 +52,6 @@ pub const WORK_PER_SCAN_ROW: f64 = 2.25;
 /// share of a work row (0.216 and 0.205 on 300K- and 100K-row curated builds:
 /// docs/progress.md).
 pub const SHARD_PER_WORK_ROW: f64 = 0.21;
-
-/// A row worked alone (the scan's sample: a batch of one, its stages' code and tables cold)
-/// costs more than in the work pass's batches: the sampled ratio is scaled by this (a work
-/// row's measured cost over its sampled one: 0.78 and 0.71 on 300K- and 100K-row curated
-/// builds).
-const BATCHED_PER_SAMPLED: f64 = 0.75;
 
 /// Sampled candidates the scan must have timed before their ratio replaces
 /// [`WORK_PER_SCAN_ROW`].
@@ -347,7 +341,6 @@ impl Samples {
         (self.work_rows >= MEASURED_SAMPLES && self.scan_ns > 0 && self.work_ns > 0).then(|| {
             (self.work_ns as f64 / self.work_rows as f64)
                 / (self.scan_ns as f64 / self.scan_rows as f64)
-                * BATCHED_PER_SAMPLED
         })
     }
 }
@@ -511,11 +504,9 @@ impl State {
     fn sampled(&mut self, sample: WorkSample) {
         let s = &mut self.samples;
         s.scan_ns += sample.scan_ns;
-        s.scan_rows += 1;
-        if let Some((ns, _tokens)) = sample.work {
-            s.work_ns += ns;
-            s.work_rows += 1;
-        }
+        s.scan_rows += sample.scan_rows;
+        s.work_ns += sample.work_ns;
+        s.work_rows += sample.work_rows;
     }
 
     /// Seconds a work row takes: the work passes' recent rate once measured, else the scan's
@@ -859,34 +850,32 @@ mod tests {
             s.scanned(0, 10);
         }
         s.done(100, 80, 0, at(1000));
-        // Two rows the scan dropped (0.5 ms each) and seven candidates: scanned in 1 ms,
-        // worked in 3 ms.
-        for _ in 0..2 {
-            s.sampled(WorkSample {
-                scan_ns: 500_000,
-                work: None,
-            });
-        }
-        let candidate = WorkSample {
-            scan_ns: 1_000_000,
-            work: Some((3_000_000, 50)),
-        };
-        for _ in 0..7 {
-            s.sampled(candidate);
-        }
+        // A sampled run of nine rows: two the scan dropped (0.5 ms each) and seven candidates
+        // (1 ms each), worked as a batch in 21 ms.
+        s.sampled(WorkSample {
+            scan_rows: 9,
+            scan_ns: 8_000_000,
+            work_rows: 7,
+            work_ns: 21_000_000,
+        });
         // 1,000 of 10,000 bytes in 1 s: 9 s of scan left; 80 candidates per 1,000 bytes:
         // 800 work rows, a scan row 10 ms. Seven samples are too few: the constant.
         let eta = |s: &State, ms| s.snapshot(at(ms)).eta.expect("an eta");
         let per_row = 0.01 * WORK_PER_SCAN_ROW;
         let expected = 9.0 + 800.0 * per_row * (1.0 + SHARD_PER_WORK_ROW);
         assert!(close(eta(&s, 1000), expected), "{}", eta(&s, 1000));
-        // The eighth: a work row costs 3 ms over 9 ms / 10 rows, 3 / 0.9 scan rows alone, in
-        // a batch BATCHED_PER_SAMPLED of that.
-        s.sampled(candidate);
-        let per_row = 0.01 * (3.0 / 0.9) * BATCHED_PER_SAMPLED;
+        // The next run: one candidate scanned in 1 ms, worked in 3 ms. A work row costs
+        // 24 ms / 8 over 9 ms / 10 rows: 3 / 0.9 scanned rows.
+        s.sampled(WorkSample {
+            scan_rows: 1,
+            scan_ns: 1_000_000,
+            work_rows: 1,
+            work_ns: 3_000_000,
+        });
+        let per_row = 0.01 * (3.0 / 0.9);
         let expected = 9.0 + 800.0 * per_row * (1.0 + SHARD_PER_WORK_ROW);
         assert!(close(eta(&s, 1000), expected), "{}", eta(&s, 1000));
-        assert!(close(expected, 33.2), "{expected}");
+        assert!((expected - 41.2667).abs() < 1e-4, "{expected}");
         // The work pass: 256 rows in its first 12 s (slow), then 300 rows in 3 s. Its rate is
         // the whole pass's until the last 10 s hold 256 rows, then theirs.
         s.start(0, Pass::Work { rows: 800 }, at(10_000));

@@ -109,31 +109,55 @@ pub trait Progress: Sync {
     fn rows_done(&self, _rows: u64, _kept: u64, _tokens: u64) {}
     /// A source is done: its allocation is settled.
     fn source_finished(&self, _name: &str, _stats: &SourceStats) {}
-    /// The scan timed one of its rows, and for a candidate what its work would cost
-    /// (reported before that row's [`row_scanned`](Progress::row_scanned)).
+    /// The scan timed its sampled rows of a batch, and what their candidates' work costs
+    /// (reported before the batch's last [`row_scanned`](Progress::row_scanned)).
     fn work_sampled(&self, _sample: WorkSample) {}
 }
 
-/// What the scan measured of a sampled row (one in [`WORK_SAMPLE_EVERY`]): the ETA's measure
-/// of a work row's cost before any work pass runs. Timing it decides nothing.
+/// What the scan measured of its sampled rows in one batch (see [`work_sampled`]): the ETA's
+/// measure of a work row's cost before any work pass runs. Timing it decides nothing.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct WorkSample {
-    /// CPU nanoseconds the scan spent on the row.
+    /// Sampled rows scanned, and the CPU nanoseconds the scan spent on them.
+    pub scan_rows: u64,
     pub scan_ns: u64,
-    /// For a candidate: CPU nanoseconds of what a work pass does to it (adapt, validate,
-    /// render, encode, mask), and its tokens.
-    pub work: Option<(u64, u64)>,
+    /// Their candidates, worked as one batch through the work pass's own code (adapt,
+    /// validate, render, encode, mask, spot checks, serialize), and the CPU nanoseconds that
+    /// took.
+    pub work_rows: u64,
+    pub work_ns: u64,
 }
 
-/// One row in this many is timed through the work during the scan (see [`WorkSample`]):
-/// about 1% more scan time, a few tenths of a percent of a build.
-pub const WORK_SAMPLE_EVERY: u64 = 256;
+/// The scan samples runs of this many consecutive rows of a file: worked as a batch, as the
+/// work pass works its jobs, a sampled row costs what a work row costs (one row worked alone
+/// runs colder, its stages' code and tables out of cache, by a factor that varied from machine
+/// to machine).
+pub const WORK_SAMPLE_ROWS: u64 = 16;
 
-/// Whether row `row` of file `file` is one the scan times through the work: a hash of its
+/// One run of [`WORK_SAMPLE_ROWS`] in this many is timed through the work during the scan
+/// (see [`WorkSample`]): one row in 128, about 1% more scan time, half a percent of a build.
+pub const WORK_SAMPLE_EVERY: u64 = 128;
+
+/// Whether row `row` of file `file` is one the scan times through the work: a hash of its run's
 /// position, so the same rows whatever the threads or batches.
 fn work_sampled(file: usize, row: u64) -> bool {
-    let key = (row ^ ((file as u64) << 40)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    let run = row / WORK_SAMPLE_ROWS;
+    let key = (run ^ ((file as u64) << 40)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
     (key >> 32).is_multiple_of(WORK_SAMPLE_EVERY)
+}
+
+/// Nanoseconds of `d`, saturating.
+fn duration_ns(d: std::time::Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// The sampled rows of a scan batch so far: their scan time, and copies of the candidates'
+/// records for the work.
+#[derive(Default)]
+struct Sampled {
+    scan_rows: u64,
+    scan_ns: u64,
+    candidates: Vec<RawRow>,
 }
 
 /// Which pass over a source [`Progress::pass_started`] announces.
@@ -629,19 +653,25 @@ impl Context<'_> {
         let sampling = self.samples_work(index);
         let work = |batch: Vec<RawRow>| -> Vec<ScanResult> {
             self.timings.time(PoolStage::Prepare, || {
-                batch
+                let mut sampled = Sampled::default();
+                let mut rows: Vec<ScanResult> = batch
                     .into_iter()
                     .map(|raw| {
                         let (file, row, shown) = (raw.file as u32, raw.row, raw.shown_row());
                         let weight = raw.record.weight() as u64;
-                        let (scanned, sample) = if sampling && work_sampled(raw.file, raw.row) {
-                            self.scan_row_timed(index, raw)
+                        let scanned = if sampling && work_sampled(raw.file, raw.row) {
+                            self.scan_row_sampled(index, raw, &mut sampled)
                         } else {
-                            (self.scan_row(index, raw), None)
+                            self.scan_row(index, raw)
                         };
-                        (file, row, shown, weight, scanned, sample)
+                        (file, row, shown, weight, scanned, None)
                     })
-                    .collect()
+                    .collect();
+                // Reported with the batch's last row: the commit sees it in input order.
+                if let Some(last) = rows.last_mut() {
+                    last.5 = self.work_sample(index, sampled);
+                }
+                rows
             })
         };
         let mut commit = |rows: Vec<ScanResult>| -> Result<(), RunError> {
@@ -802,9 +832,9 @@ impl Context<'_> {
             && self.regen.is_none_or(|r| !r.applies(index))
     }
 
-    /// [`scan_row`](Self::scan_row), timed, and for a candidate its work timed too (on a copy
-    /// of the record; what it finds is thrown away).
-    fn scan_row_timed(&self, index: usize, raw: RawRow) -> (ScanRow, Option<WorkSample>) {
+    /// [`scan_row`](Self::scan_row), timed into `sampled`, which keeps a copy of the record of
+    /// a candidate for [`work_sample`](Self::work_sample).
+    fn scan_row_sampled(&self, index: usize, raw: RawRow, sampled: &mut Sampled) -> ScanRow {
         let copy = match &raw.record {
             Record::Line(line) => Some(Record::Line(line.clone())),
             Record::Parsed(value) => Some(Record::Parsed(value.clone())),
@@ -812,33 +842,50 @@ impl Context<'_> {
         }
         .map(|record| RawRow { record, ..raw });
         let cpu = crate::report::timings::thread_cpu;
-        let nanos = |from: std::time::Duration| {
-            cpu().map(|to| u64::try_from(to.saturating_sub(from).as_nanos()).unwrap_or(u64::MAX))
-        };
         let Some(start) = cpu() else {
-            return (self.scan_row(index, raw), None);
+            return self.scan_row(index, raw);
         };
         let scanned = self.scan_row(index, raw);
-        let Some(scan_ns) = nanos(start) else {
-            return (scanned, None);
-        };
-        let work = match (&scanned, copy) {
-            (ScanRow::Candidate(_), Some(copy)) => cpu().and_then(|start| {
-                let (conversation, _) = self.prepare(index, copy).ok()?;
-                let mut batch = [(&conversation, SpotChecks::default())];
-                // Its own timings: the build's stage times count the build's work only.
-                let outcomes = self
-                    .processor
-                    .process_batch(&mut batch, &Timings::default());
-                let tokens = match outcomes.first() {
-                    Some(Outcome::Kept(rows)) => rows.iter().map(|r| r.ids.len() as u64).sum(),
-                    _ => 0,
-                };
-                Some((nanos(start)?, tokens))
-            }),
-            _ => None,
-        };
-        (scanned, Some(WorkSample { scan_ns, work }))
+        if let Some(end) = cpu() {
+            sampled.scan_rows += 1;
+            sampled.scan_ns += duration_ns(end.saturating_sub(start));
+            if let (ScanRow::Candidate(_), Some(copy)) = (&scanned, copy) {
+                sampled.candidates.push(copy);
+            }
+        }
+        scanned
+    }
+
+    /// Works the sampled candidates of a scan batch as one batch of the work pass would be
+    /// ([`work_batch`](Self::work_batch), on copies: what it finds is thrown away), timed.
+    fn work_sample(&self, index: usize, sampled: Sampled) -> Option<WorkSample> {
+        if sampled.scan_rows == 0 {
+            return None;
+        }
+        let wanted: Vec<Wanted> = sampled
+            .candidates
+            .iter()
+            .map(|raw| Wanted {
+                file: raw.file as u32,
+                row: raw.row,
+                copy: 0,
+            })
+            .collect();
+        let work_rows = wanted.len() as u64;
+        let cpu = crate::report::timings::thread_cpu;
+        let start = cpu()?;
+        if !sampled.candidates.is_empty() {
+            // Its own timings: the build's stage times count the build's work only.
+            let done = self.work_batch(index, &wanted, sampled.candidates, &Timings::default());
+            drop(done);
+        }
+        let work_ns = duration_ns(cpu()?.saturating_sub(start));
+        Some(WorkSample {
+            scan_rows: sampled.scan_rows,
+            scan_ns: sampled.scan_ns,
+            work_rows,
+            work_ns,
+        })
     }
 
     /// [`prepare`](Self::prepare) for a work pass: a pre-tokenized source's row (`format:
@@ -907,7 +954,7 @@ impl Context<'_> {
         let source = &self.plan.sources[index];
         let (mut rows_in, mut last_segment) = (skip, LastSegment::new(skip));
         let (mut done, mut tokens) = (queued - wanted.len() as u64, 0u64);
-        let work = |batch: Vec<RawRow>| self.work_batch(index, wanted, batch);
+        let work = |batch: Vec<RawRow>| self.work_batch(index, wanted, batch, self.timings);
         let mut commit = |rows: Vec<WorkRow>| -> Result<(), RunError> {
             for r in rows {
                 out.segment(&mut recorder, rows_in, &mut last_segment)?;
@@ -964,9 +1011,16 @@ impl Context<'_> {
     }
 
     /// The work pass's parallel part for a batch.
-    fn work_batch(&self, index: usize, wanted: &[Wanted], batch: Vec<RawRow>) -> Vec<WorkRow> {
+    /// (`timings`: the build's, or a sample's own.)
+    fn work_batch(
+        &self,
+        index: usize,
+        wanted: &[Wanted],
+        batch: Vec<RawRow>,
+        timings: &Timings,
+    ) -> Vec<WorkRow> {
         type Prepared = Result<PreparedRow, String>;
-        let prepared: Vec<(u32, u64, Prepared)> = self.timings.time(PoolStage::Prepare, || {
+        let prepared: Vec<(u32, u64, Prepared)> = timings.time(PoolStage::Prepare, || {
             batch
                 .into_iter()
                 .map(|raw| {
@@ -1000,9 +1054,7 @@ impl Context<'_> {
         let mut tallies = vec![crate::report::RegenTally::default(); conversations.len()];
         let (outcomes, checked) = if let Some(regen) = regen {
             let batch: Vec<&Conversation> = conversations.iter().map(|(c, ..)| c).collect();
-            let done = self
-                .timings
-                .time(PoolStage::Render, || regen.process_batch(index, &batch));
+            let done = timings.time(PoolStage::Render, || regen.process_batch(index, &batch));
             let mut outcomes = Vec::with_capacity(done.len());
             let each = done
                 .into_iter()
@@ -1028,7 +1080,7 @@ impl Context<'_> {
                 .iter()
                 .map(|(c, _, checks, _)| (c, *checks))
                 .collect();
-            let outcomes = self.processor.process_batch(&mut batch, self.timings);
+            let outcomes = self.processor.process_batch(&mut batch, timings);
             (
                 outcomes,
                 batch.into_iter().map(|(_, checks)| checks).collect(),
@@ -1084,6 +1136,7 @@ impl Context<'_> {
                                 checked,
                                 rows,
                                 group,
+                                timings,
                             ))
                         }
                         Outcome::Kept(_) => Outcome::Kept(Vec::new()),
@@ -1126,6 +1179,7 @@ impl Context<'_> {
         checked: SpotChecks,
         rows: Vec<Tokenized>,
         group: Option<String>,
+        timings: &Timings,
     ) -> Vec<KeptCopy> {
         let source = &self.plan.sources[index];
         let id = self.sample_id(index, file, row);
@@ -1156,7 +1210,7 @@ impl Context<'_> {
         copies
             .iter()
             .map(|&copy| {
-                self.timings.time(PoolStage::Serialize, || {
+                timings.time(PoolStage::Serialize, || {
                     // A pre-tokenized row has no conversation to write.
                     let line = match source.adapter {
                         Adapter::Speculator(_) => String::new(),

@@ -875,13 +875,19 @@ fn reasons(h: &mut String, m: &Value, rejects: &Examples, filtered: &Examples) {
 fn failing_text(line: &str) -> Option<(String, String)> {
     let record: Value = serde_json::from_str(line).ok()?;
     let field = |k: &str| record.get(k).and_then(Value::as_str);
+    let benchmark = field("benchmark").zip(field("item"));
     if let Some(text) = field("text") {
-        return Some(("judged text".to_owned(), text.to_owned()));
+        let label = match benchmark {
+            // A contaminated row: the passage it shares with the item, in context.
+            Some((benchmark, item)) => format!("shares with {benchmark} {item}"),
+            None => "judged text".to_owned(),
+        };
+        return Some((label, text.to_owned()));
     }
     if let Some(of) = field("duplicate_of") {
         return Some(("kept twin".to_owned(), of.to_owned()));
     }
-    if let (Some(benchmark), Some(item)) = (field("benchmark"), field("item")) {
+    if let Some((benchmark, item)) = benchmark {
         return Some(("benchmark item".to_owned(), format!("{benchmark} {item}")));
     }
     let message = field("message")?;
@@ -1062,11 +1068,22 @@ mod tests {
                 "humaneval HumanEval/0".to_owned()
             ))
         );
+        let shared = r#"{"reason":"contaminated","benchmark":"humaneval","item":"HumanEval/0","text":"…def has_close_elements(numbers: List[float], <b>"}"#;
+        assert_eq!(
+            failing_text(shared),
+            Some((
+                "shares with humaneval HumanEval/0".to_owned(),
+                "…def has_close_elements(numbers: List[float], <b>".to_owned()
+            ))
+        );
         // In the page: beside its line, escaped.
         let mut filtered = Examples::default();
         filtered
             .by_reason
             .insert("refusals".to_owned(), vec![regex.to_owned()]);
+        filtered
+            .by_reason
+            .insert("contaminated".to_owned(), vec![shared.to_owned()]);
         let mut h = String::new();
         reasons(
             &mut h,
@@ -1082,6 +1099,10 @@ mod tests {
         );
         assert!(
             h.contains("<span class=\"muted small\">judged text</span>"),
+            "{h}"
+        );
+        assert!(
+            h.contains("<span class=\"muted small\">shares with humaneval HumanEval/0</span><pre class=\"failing\">…def has_close_elements(numbers: List[float], &lt;b&gt;</pre>"),
             "{h}"
         );
     }

@@ -156,6 +156,21 @@ fn demo_build_is_byte_identical_at_1_and_2_threads_and_accounts_for_every_row() 
             ("curation:0:34", "HumanEval/2"),
         ])
     );
+    // Beside the item, the row's text around the first n-gram it shares with it, as the row
+    // wrote it (the n-gram first, then context either side, 200 characters at most).
+    let shared: Vec<&str> = lines
+        .iter()
+        .filter(|l| l["reason"] == "contaminated")
+        .map(|l| l["text"].as_str().unwrap_or_default())
+        .collect();
+    assert_eq!(
+        shared,
+        [
+            "Complete this Python function:\n\nfrom typing import List\n\n\ndef has_close_elements(numbers: List[float], threshold: float) -> bool:\n    \"\"\" Check if in given list of numbers, are any two numbers closer …",
+            "…mplate a adapts that and at file encoder. It says: palindrome \"\"\" return string == string[::-1] def make_palindrome(string: str) -> str: \"\"\" Find the shortest palindrome that begins with a Can you exp…",
+            "…and decimal parts in Python.\nLike this:\n\n```python\n\ndef truncate_number(number: float) -> float:\n    \"\"\" Given a positive floating point number, it can be decomposed into\n    and integer part (largest…"
+        ]
+    );
     for (name, st) in s.as_object().expect("sources") {
         let sum = |k: &str| {
             st[k].as_object().map_or(0, |o| {

@@ -72,15 +72,21 @@ fn chat(user: &str, assistant: &str) -> Conversation {
     }
 }
 
-fn hit(benchmark: &str, item: &str) -> Option<Hit> {
-    Some(Hit {
-        benchmark: benchmark.into(),
-        item: item.into(),
-    })
+/// The benchmark and item a row is expected to hit (`filtered.jsonl`'s `text` beside them is
+/// tested in the crate's unit tests and on the demo in `cli.rs`).
+fn hit(benchmark: &str, item: &str) -> Option<Named> {
+    Some((benchmark.into(), item.into()))
+}
+
+/// A hit's benchmark and item.
+type Named = (String, String);
+
+fn named(hit: Hit) -> Named {
+    (hit.benchmark, hit.item)
 }
 
 /// The fixture rows, each with the hit the default (13-word) index must report.
-fn planted() -> Vec<(&'static str, Conversation, Option<Hit>)> {
+fn planted() -> Vec<(&'static str, Conversation, Option<Named>)> {
     let mut rows = Vec::new();
     rows.push((
         "whole HumanEval/0 prompt",
@@ -206,7 +212,7 @@ fn planted_humaneval_and_mbpp_items_are_found_exactly() {
     let index = DecontamIndex::build(&config(BENCHMARKS), &[he, mb]);
     assert!(index.len() > 10_000, "{} n-grams", index.len());
     for (what, row, expected) in planted() {
-        assert_eq!(index.check(&row), expected, "{what}");
+        assert_eq!(index.check(&row).map(named), expected, "{what}");
     }
 }
 
@@ -214,7 +220,7 @@ fn planted_humaneval_and_mbpp_items_are_found_exactly() {
 fn scope_limits_what_is_compared() {
     let yaml = format!("scope: user\n{BENCHMARKS}");
     let index = DecontamIndex::build(&config(&yaml), &[humaneval(), mbpp()]);
-    let expected: Vec<Option<Hit>> = planted()
+    let expected: Vec<Option<Named>> = planted()
         .into_iter()
         .map(|(what, _, expected)| {
             // The code answer and the tool call are outside a `user` scope.
@@ -225,7 +231,10 @@ fn scope_limits_what_is_compared() {
             }
         })
         .collect();
-    let got: Vec<Option<Hit>> = planted().iter().map(|(_, r, _)| index.check(r)).collect();
+    let got: Vec<Option<Named>> = planted()
+        .iter()
+        .map(|(_, r, _)| index.check(r).map(named))
+        .collect();
     assert_eq!(got, expected);
 }
 
@@ -241,7 +250,10 @@ fn character_windows_catch_short_code_fragments() {
         &config(&format!("mode: chars\nwindow: 50\n{BENCHMARKS}")),
         &[humaneval()],
     );
-    assert_eq!(chars.check(&row), hit("humaneval", "HumanEval/10"));
+    assert_eq!(
+        chars.check(&row).map(named),
+        hit("humaneval", "HumanEval/10")
+    );
     // Clean code stays clean with windows too.
     assert_eq!(
         chars.check(&chat("Sum a list", "def total(xs):\n    return sum(xs)")),

@@ -103,12 +103,14 @@ fn demo_statistics_report_and_vocabulary() {
         "{reason}"
     );
     // Beside each example, what failed: a regex's match in context, the text language
-    // detection read, a reject's field and value.
+    // detection read, a reject's field and value, a kept twin, a benchmark's shared text.
     for failing in [
         "<span class=\"muted small\">judged text</span><pre class=\"failing\">As an AI language model, I cannot help with entering someone else&#39;s home without permission.",
         "<span class=\"muted small\">judged text</span><pre class=\"failing\">Bonjour, pouvez-vous m&#39;expliquer comment fonctionne un pipeline de données et pourquoi il faut mélanger les lignes avant l&#39;entraînement du modèle ?</pre>",
         "<span class=\"muted small\">messages[0].role</span><pre class=\"failing\">developer</pre>",
         "<span class=\"muted small\">kept twin</span><pre class=\"failing\">curation:0:24</pre>",
+        // A contaminated row: the passage it shares with the benchmark item, in context.
+        "<span class=\"muted small\">shares with humaneval HumanEval/10</span><pre class=\"failing\">…mplate a adapts that and at file encoder. It says: palindrome &quot;&quot;&quot; return string == string[::-1] def make_palindrome(string: str) -&gt; str: &quot;&quot;&quot; Find the shortest palindrome that begins with a Can you exp…</pre>",
     ] {
         assert!(text.contains(failing), "{failing}");
     }

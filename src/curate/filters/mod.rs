@@ -440,7 +440,7 @@ use language::prefix;
 /// At most [`EVIDENCE_CHARS`] characters of `text` around its bytes `start..end` (a match:
 /// itself first, then context evenly either side, what one side lacks going to the other),
 /// with `…` where it is cut.
-fn around(text: &str, start: usize, end: usize) -> String {
+pub(crate) fn around(text: &str, start: usize, end: usize) -> String {
     let matched = &text[start..end];
     let inside = matched.chars().count();
     if inside >= EVIDENCE_CHARS {
@@ -474,7 +474,7 @@ fn around(text: &str, start: usize, end: usize) -> String {
 }
 
 /// The first [`EVIDENCE_CHARS`] characters of `text`, with `…` if it goes on.
-fn head(text: &str) -> String {
+pub(crate) fn head(text: &str) -> String {
     let cut = prefix(text, EVIDENCE_CHARS);
     let more = if cut.len() < text.len() { "…" } else { "" };
     format!("{cut}{more}")

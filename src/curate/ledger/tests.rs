@@ -32,7 +32,11 @@ fn scanned(fp: u8, bands: Option<[u64; 2]>, hit: Option<&str>, weight: u32) -> S
     Scanned {
         fingerprint: Some([fp; 16]),
         bands: bands.map(|b| b.to_vec().into_boxed_slice()),
-        hit: hit.map(|item| ("humaneval".to_owned(), item.to_owned())),
+        hit: hit.map(|item| Hit {
+            benchmark: "humaneval".to_owned(),
+            item: item.to_owned(),
+            text: format!("the text {item} shares"),
+        }),
         weight,
     }
 }
@@ -258,7 +262,8 @@ fn a_take_settles_every_row_read_exactly_once() {
                 "contaminated".to_owned(),
                 vec![
                     ("benchmark", "humaneval".to_owned()),
-                    ("item", "HumanEval/7".to_owned())
+                    ("item", "HumanEval/7".to_owned()),
+                    ("text", "the text HumanEval/7 shares".to_owned())
                 ]
             ),
         ]
