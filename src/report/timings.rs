@@ -245,46 +245,31 @@ fn nanos(d: Duration) -> u64 {
 /// This thread's CPU time since it started.
 #[cfg(target_os = "linux")]
 pub fn thread_cpu() -> Option<Duration> {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `clock_gettime` writes the `timespec` it is given and nothing else.
-    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    // The casts are of values clamped to the target's range.
-    (rc == 0).then(|| {
-        Duration::new(
-            ts.tv_sec.max(0) as u64,
-            ts.tv_nsec.clamp(0, 999_999_999) as u32,
-        )
-    })
+    use nix::time::{clock_gettime, ClockId};
+    clock_gettime(ClockId::CLOCK_THREAD_CPUTIME_ID)
+        .ok()
+        .map(Duration::from)
 }
 
 /// The process's peak resident memory so far, in bytes.
 #[cfg(target_os = "linux")]
 pub fn peak_rss() -> Option<u64> {
-    // SAFETY: `rusage` is plain integers, for which all zeros is a valid value.
-    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: `getrusage` fills the struct it is given and nothing else.
-    let rc = unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut usage) };
+    use nix::sys::resource::{getrusage, UsageWho};
     // Kilobytes on Linux.
-    (rc == 0).then(|| u64::try_from(usage.ru_maxrss).unwrap_or(0) * 1024)
+    let usage = getrusage(UsageWho::RUSAGE_SELF).ok()?;
+    Some(u64::try_from(usage.max_rss()).unwrap_or(0) * 1024)
 }
 
 /// The process's CPU time (user and system, all threads) since it started.
 #[cfg(target_os = "linux")]
 pub fn process_cpu() -> Option<Duration> {
-    // SAFETY: `rusage` is plain integers, for which all zeros is a valid value.
-    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: `getrusage` fills the struct it is given and nothing else.
-    let rc = unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut usage) };
-    let timeval = |tv: libc::timeval| {
-        Duration::new(
-            tv.tv_sec.max(0) as u64,
-            tv.tv_usec.clamp(0, 999_999) as u32 * 1000,
-        )
+    use nix::sys::resource::{getrusage, UsageWho};
+    let usage = getrusage(UsageWho::RUSAGE_SELF).ok()?;
+    let micros = |tv: nix::sys::time::TimeVal| {
+        Duration::from_micros(u64::try_from(tv.tv_sec()).unwrap_or(0) * 1_000_000)
+            + Duration::from_micros(u64::try_from(tv.tv_usec()).unwrap_or(0))
     };
-    (rc == 0).then(|| timeval(usage.ru_utime) + timeval(usage.ru_stime))
+    Some(micros(usage.user_time()) + micros(usage.system_time()))
 }
 
 #[cfg(not(target_os = "linux"))]
