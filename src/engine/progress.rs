@@ -16,7 +16,7 @@
 //! well, worked as one batch by the work pass's own code ([`WorkSample`]), so the ratio is this
 //! build's, on this machine, for these rows, with no factor fitted anywhere (the
 //! constant [`WORK_PER_SCAN_ROW`] stands in only where nothing was sampled: a merge, a
-//! pre-tokenized or regenerated source). The shard phase (reading the spill back, writing the
+//! pre-tokenized or regenerated source, a source with no sampled run yet). The shard phase (reading the spill back, writing the
 //! Arrow files in parallel, hashing them) is estimated before it starts as
 //! [`SHARD_PER_WORK_ROW`] of a work row per row (both cost in proportion to a row's tokens and
 //! run on the same pool), then measured. The percent shown is the time spent over the time
