@@ -31,6 +31,7 @@
 
 use super::text::{self, RowText, Scope};
 use crate::conversation::Conversation;
+use rayon::prelude::*;
 use serde::Deserialize;
 use xxhash_rust::xxh3::xxh3_64_with_seed;
 
@@ -395,28 +396,31 @@ impl NearDupIndex {
     }
 
     /// For each of `rows` rows, the smallest row of its group: itself when it survives. Rows
-    /// never inserted are their own group.
+    /// never inserted are their own group. The bands are sorted in parallel (on the current
+    /// rayon pool): every root is its group's smallest row whatever order the pairs are joined
+    /// in, so the result is the same at any thread count.
     pub fn survivors(self, rows: u32) -> Vec<u32> {
         let stored = self.hashes.len() / self.bands;
         let n = (rows as usize).max(stored);
-        let mut parent: Vec<u32> = (0..n as u32).collect();
-        let mut pairs: Vec<(u64, u32)> = Vec::with_capacity(stored);
-        for band in 0..self.bands {
-            pairs.clear();
-            pairs.extend(
-                (0..stored)
-                    .filter(|&row| self.is_present(row))
-                    .map(|row| (self.hashes[row * self.bands + band], row as u32)),
-            );
+        let band_pairs = |band: usize| -> Vec<(u32, u32)> {
+            let mut pairs: Vec<(u64, u32)> = (0..stored)
+                .filter(|&row| self.is_present(row))
+                .map(|row| (self.hashes[row * self.bands + band], row as u32))
+                .collect();
             pairs.sort_unstable();
-            for w in pairs.windows(2) {
-                if w[0].0 == w[1].0 {
-                    union(&mut parent, w[0].1, w[1].1);
-                }
-            }
-        }
-        drop(pairs);
+            pairs
+                .windows(2)
+                .filter(|w| w[0].0 == w[1].0)
+                .map(|w| (w[0].1, w[1].1))
+                .collect()
+        };
+        let joined: Vec<Vec<(u32, u32)>> =
+            (0..self.bands).into_par_iter().map(band_pairs).collect();
         drop(self.hashes);
+        let mut parent: Vec<u32> = (0..n as u32).collect();
+        for (a, b) in joined.into_iter().flatten() {
+            union(&mut parent, a, b);
+        }
         let mut out: Vec<u32> = (0..n as u32).map(|row| find(&mut parent, row)).collect();
         out.truncate(rows as usize);
         out

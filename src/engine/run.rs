@@ -389,7 +389,8 @@ pub fn run_journaled(
     if let Some(parts) = &parts {
         parts.lock().map_err(|_| poisoned())?.finish()?;
     }
-    ledger.decide();
+    // Near-duplicate groups are joined band by band on the build's threads.
+    pool.install(|| ledger.decide());
     // Written before the first work pass: already in `filtered.jsonl` when that pass is
     // replayed.
     if !out.journal.replaying() {

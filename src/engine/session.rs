@@ -246,7 +246,17 @@ fn build(
     // same bytes (a hard link: no conversation left out).
     let (follower, publish) = write::follow::Follower::start(&path)
         .with_context(|| format!("failed to read `{}`", path.display()))?;
-    conversations.publish_to(publish);
+    conversations
+        .publish_to(publish)
+        .with_context(|| format!("failed to write `{}`", path.display()))?;
+    // The committing thread copies rows into blocks; threads of their own write them (the
+    // system's copy into the page cache was most of its time: BENCHMARKS.md).
+    let writers = write::BlockWriters::start(block_writers(threads))
+        .context("failed to start the writer threads")?;
+    if let Some(writers) = &writers {
+        conversations.write_behind(writers);
+        spill.write_behind(Arc::clone(writers));
+    }
     // stats.json: rows are counted as the shards are written, conversations (turns and tool
     // calls) from the settled selection.
     let mut row_stats = DatasetStats::new(
@@ -510,6 +520,16 @@ fn build(
         });
     }
     Ok(())
+}
+
+/// Threads that write the spill's and `conversations.jsonl`'s blocks for a pool of `threads`
+/// (0: one per core): a quarter of the pool, 1 to 4.
+fn block_writers(threads: usize) -> usize {
+    let threads = match threads {
+        0 => std::thread::available_parallelism().map_or(1, usize::from),
+        n => n,
+    };
+    (threads / 4).clamp(1, 4)
 }
 
 /// Puts in place the dataset an interrupted build finished but did not swap in.

@@ -19,7 +19,7 @@ use crate::model::nofollow;
 pub use dataset::{
     dataset_info_json, features, pretty, shard_name, state_json, VALIDATION_DIR, VALIDATION_FILES,
 };
-pub use output_file::OutputFile;
+pub use output_file::{BlockWriters, OutputFile};
 pub use shard::{
     schema, BatchBuilder, ShardEncoder, ShardError, ShardSummary, ShardWriter,
     BATCH_ROWS as SHARD_BATCH_ROWS,

@@ -5,15 +5,31 @@
 //!
 //! Blocks are at most 1 MiB: larger writes got 2 MiB page-cache folios that cost far more
 //! system time (BENCHMARKS.md, "Shard writes in 256 KiB pieces").
+//!
+//! The thread that fills a file can hand its full blocks to [`BlockWriters`] instead of
+//! writing them itself ([`OutputFile::write_behind`]): the build's rows are committed by one
+//! thread, and the system's copy of ~10 GB into the page cache was most of that thread's time
+//! on a large build (BENCHMARKS.md). Each file's blocks are written by one writer thread in
+//! the order they were filled, at their own offsets, so the bytes are the same either way.
 
 use std::fs::File;
-use std::io::{self, Read, Seek, SeekFrom, Write};
+use std::io::{self, Read, Write};
+use std::os::unix::fs::FileExt;
 use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::mpsc::{sync_channel, SyncSender};
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread::JoinHandle;
 
 /// Bytes gathered before each write of an output.
 const BLOCK: usize = 1 << 20;
 /// Bytes written between two starts of writeback ([`OutputFile::early_writeback`]).
 const WRITEBACK_BYTES: u64 = 32 << 20;
+/// Blocks queued per writer thread before the filling thread waits (at most 32 MiB of 1 MiB
+/// blocks per writer thread).
+const QUEUED_BLOCKS: usize = 32;
+/// Written blocks' buffers a file keeps for reuse.
+const SPARE_BLOCKS: usize = 2;
 
 /// Whether output files that must end durable start their writeback as they are written
 /// (`CHATSHARDS_EARLY_WRITEBACK=0`: only at their final `fsync`; same bytes). Measured on a
@@ -27,24 +43,156 @@ fn early_writeback_on() -> bool {
     })
 }
 
-/// A write-only file written in blocks of a fixed size; see the module docs.
-pub struct OutputFile {
-    file: File,
-    /// Bytes not written yet, fewer than `block`.
-    buffer: Vec<u8>,
-    /// Bytes per write.
-    block: usize,
-    /// Bytes in the file so far.
-    written: u64,
-    /// [`OutputFile::sync_point`] writes the buffered bytes but does not sync them (see
-    /// [`OutputFile::unsynced`]).
-    unsynced: bool,
+/// Threads that write the full blocks of [`OutputFile`]s for the threads that fill them
+/// (`CHATSHARDS_WRITE_BEHIND=0`: none, every block written by its filler; same bytes).
+pub struct BlockWriters {
+    queues: Vec<SyncSender<Block>>,
+    /// The writer the next file is given to.
+    next: AtomicUsize,
+    threads: Vec<JoinHandle<()>>,
+}
+
+impl BlockWriters {
+    /// `threads` writer threads, or `None` when switched off (or `threads` is 0).
+    pub fn start(threads: usize) -> io::Result<Option<Arc<BlockWriters>>> {
+        let off = matches!(
+            std::env::var("CHATSHARDS_WRITE_BEHIND")
+                .as_deref()
+                .map(str::trim),
+            Ok("0" | "false")
+        );
+        if off || threads == 0 {
+            return Ok(None);
+        }
+        let (mut queues, mut handles) = (Vec::new(), Vec::new());
+        for i in 0..threads {
+            let (tx, rx) = sync_channel::<Block>(QUEUED_BLOCKS);
+            handles.push(
+                std::thread::Builder::new()
+                    .name(format!("write-behind-{i}"))
+                    .spawn(move || {
+                        for block in rx {
+                            block.write();
+                        }
+                    })?,
+            );
+            queues.push(tx);
+        }
+        Ok(Some(Arc::new(BlockWriters {
+            queues,
+            next: AtomicUsize::new(0),
+            threads: handles,
+        })))
+    }
+
+    /// The queue of the writer thread that takes a new file's blocks.
+    fn queue(&self) -> SyncSender<Block> {
+        let i = self.next.fetch_add(1, Ordering::Relaxed) % self.queues.len();
+        self.queues[i].clone()
+    }
+}
+
+impl Drop for BlockWriters {
+    fn drop(&mut self) {
+        self.queues.clear();
+        for thread in self.threads.drain(..) {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// A full block on its way to a writer thread.
+struct Block {
+    file: Arc<File>,
+    at: u64,
+    bytes: Vec<u8>,
+    shared: Arc<Shared>,
+}
+
+impl Block {
+    fn write(self) {
+        let result = self.file.write_all_at(&self.bytes, self.at);
+        let end = self.at + self.bytes.len() as u64;
+        let mut bytes = self.bytes;
+        bytes.clear();
+        let mut state = self.shared.lock();
+        state.queued -= 1;
+        match result {
+            Ok(()) => state.written(&self.file, end),
+            Err(e) => {
+                state.error.get_or_insert(e);
+            }
+        }
+        // The filling thread takes it back for a later block (a fresh one would be faulted in
+        // again page by page).
+        if state.spare.len() < SPARE_BLOCKS {
+            state.spare.push(bytes);
+        }
+        drop(state);
+        self.shared.idle.notify_all();
+    }
+}
+
+/// What the filling thread and a file's writer thread share.
+#[derive(Default)]
+struct Shared {
+    state: Mutex<State>,
+    /// Signalled when a queued block has been written.
+    idle: Condvar,
+}
+
+impl Shared {
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+#[derive(Default)]
+struct State {
+    /// Blocks handed to the writer thread and not written yet.
+    queued: usize,
+    /// The first failed write of a queued block, reported by the next call on the file.
+    error: Option<io::Error>,
     /// With [`OutputFile::early_writeback`]: the end of the bytes already handed to the
     /// device's writeback.
     writeback_from: Option<u64>,
     /// Told the length of the bytes that will not change any more, for a digest taken
     /// meanwhile ([`super::follow`]).
     publish: Option<super::follow::Publish>,
+    /// Written blocks' buffers, empty, for the next blocks.
+    spare: Vec<Vec<u8>>,
+}
+
+impl State {
+    /// The file's first `end` bytes are written: tell the digest, start the writeback.
+    fn written(&mut self, file: &File, end: u64) {
+        if let Some(publish) = &self.publish {
+            publish.set(end);
+        }
+        if let Some(from) = self.writeback_from {
+            if end - from >= WRITEBACK_BYTES {
+                start_writeback(file, from, end - from);
+                self.writeback_from = Some(end);
+            }
+        }
+    }
+}
+
+/// A write-only file written in blocks of a fixed size; see the module docs.
+pub struct OutputFile {
+    file: Arc<File>,
+    /// Bytes not written yet, fewer than `block`.
+    buffer: Vec<u8>,
+    /// Bytes per write.
+    block: usize,
+    /// Bytes in the file so far (or queued for it).
+    written: u64,
+    /// [`OutputFile::sync_point`] writes the buffered bytes but does not sync them (see
+    /// [`OutputFile::unsynced`]).
+    unsynced: bool,
+    shared: Arc<Shared>,
+    /// With [`OutputFile::write_behind`]: the queue of the thread that writes its blocks.
+    behind: Option<SyncSender<Block>>,
 }
 
 impl OutputFile {
@@ -69,7 +217,7 @@ impl OutputFile {
     /// process had never stopped. The file is cut back to `len`, never shorter, so the
     /// recorded bytes stay on disk however often the process is killed while resuming.
     pub fn reopen(path: &Path, len: u64, block: usize) -> io::Result<OutputFile> {
-        let mut file = open(path, false)?;
+        let file = open(path, false)?;
         let size = file.metadata()?.len();
         if size < len {
             return Err(io::Error::new(
@@ -78,21 +226,26 @@ impl OutputFile {
             ));
         }
         file.set_len(len)?;
-        file.seek(SeekFrom::Start(len))?;
         Ok(Self::with_file(file, block, len))
     }
 
     fn with_file(file: File, block: usize, written: u64) -> OutputFile {
         let block = block.max(1);
         OutputFile {
-            file,
+            file: Arc::new(file),
             buffer: Vec::with_capacity(block),
             block,
             written,
             unsynced: false,
-            writeback_from: None,
-            publish: None,
+            shared: Arc::default(),
+            behind: None,
         }
+    }
+
+    /// Hands every full block to one of `writers`' threads (in the order they fill) instead
+    /// of writing it on the calling thread.
+    pub fn write_behind(&mut self, writers: &BlockWriters) {
+        self.behind = Some(writers.queue());
     }
 
     /// Makes [`OutputFile::sync_point`] hand its bytes to the system without waiting for the
@@ -110,14 +263,16 @@ impl OutputFile {
     /// it with the work. Off with `CHATSHARDS_EARLY_WRITEBACK=0`.
     pub fn early_writeback(&mut self) {
         if early_writeback_on() {
-            self.writeback_from = Some(self.written);
+            self.shared.lock().writeback_from = Some(self.written);
         }
     }
 
     /// Tells `publish` how much of the file is final as it is written.
-    pub fn publish_to(&mut self, publish: super::follow::Publish) {
+    pub fn publish_to(&mut self, publish: super::follow::Publish) -> io::Result<()> {
+        self.wait()?;
         publish.set(self.written);
-        self.publish = Some(publish);
+        self.shared.lock().publish = Some(publish);
+        Ok(())
     }
 
     /// Writes everything and returns the file's length: the length to read back with
@@ -144,21 +299,64 @@ impl OutputFile {
         self.file.sync_all()
     }
 
-    /// Writes the buffered bytes.
+    /// Writes the buffered bytes, or queues them for the writer thread.
     fn write_buffer(&mut self) -> io::Result<()> {
-        self.file.write_all(&self.buffer)?;
-        self.written += self.buffer.len() as u64;
-        self.buffer.clear();
-        if let Some(publish) = &self.publish {
-            publish.set(self.written);
-        }
-        if let Some(from) = self.writeback_from {
-            if self.written - from >= WRITEBACK_BYTES {
-                start_writeback(&self.file, from, self.written - from);
-                self.writeback_from = Some(self.written);
+        let at = self.written;
+        let len = self.buffer.len() as u64;
+        match &self.behind {
+            None => {
+                self.file.write_all_at(&self.buffer, at)?;
+                self.buffer.clear();
+                self.shared.lock().written(&self.file, at + len);
+            }
+            Some(queue) => {
+                let spare = {
+                    let mut state = self.shared.lock();
+                    if let Some(e) = state.error.take() {
+                        return Err(e);
+                    }
+                    state.queued += 1;
+                    state.spare.pop()
+                };
+                let next = spare.unwrap_or_else(|| Vec::with_capacity(self.block));
+                let bytes = std::mem::replace(&mut self.buffer, next);
+                let block = Block {
+                    file: Arc::clone(&self.file),
+                    at,
+                    bytes,
+                    shared: Arc::clone(&self.shared),
+                };
+                if queue.send(block).is_err() {
+                    self.shared.lock().queued -= 1;
+                    return Err(io::Error::other("the writer thread stopped"));
+                }
             }
         }
+        self.written += len;
         Ok(())
+    }
+
+    /// Waits until every queued block is written; the first failed write's error.
+    fn wait(&self) -> io::Result<()> {
+        let mut state = self.shared.lock();
+        while state.queued > 0 {
+            state = self
+                .shared
+                .idle
+                .wait(state)
+                .unwrap_or_else(|p| p.into_inner());
+        }
+        match state.error.take() {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+}
+
+impl Drop for OutputFile {
+    /// Queued blocks land before the file is let go of: whoever reads it next sees them.
+    fn drop(&mut self) {
+        let _ = self.wait();
     }
 }
 
@@ -174,11 +372,12 @@ impl Write for OutputFile {
         Ok(n)
     }
 
+    /// Writes the buffered bytes and waits for the blocks queued before them.
     fn flush(&mut self) -> io::Result<()> {
         if !self.buffer.is_empty() {
             self.write_buffer()?;
         }
-        Ok(())
+        self.wait()
     }
 }
 
@@ -257,6 +456,50 @@ mod tests {
         f.sync_all().expect("sync");
         drop(f);
         std::fs::read(&path).expect("read back")
+    }
+
+    #[test]
+    fn blocks_written_behind_are_the_same_bytes_and_published_in_order() {
+        let writers = BlockWriters::start(2).expect("start").expect("switched on");
+        let sizes = [1, BLOCK - 1, BLOCK, 3 * BLOCK + 7, 4096, 5];
+        let pieces: Vec<Vec<u8>> = sizes
+            .iter()
+            .enumerate()
+            .map(|(i, &n)| bytes(n, 40 + i as u32))
+            .collect();
+        let want = pieces.concat();
+        let dir = tempfile::tempdir().expect("tempdir");
+        // Several files on the same writers at once, the digest of one taken as it is written.
+        let paths: Vec<_> = (0..3).map(|i| dir.path().join(format!("f{i}"))).collect();
+        let mut files: Vec<OutputFile> = paths
+            .iter()
+            .map(|p| {
+                let mut f = OutputFile::create(p).expect("create");
+                f.write_behind(&writers);
+                f
+            })
+            .collect();
+        let (follower, publish) = super::super::follow::Follower::start(&paths[0]).expect("follow");
+        files[0].publish_to(publish).expect("publish");
+        let mut total = 0;
+        for p in &pieces {
+            for f in &mut files {
+                f.write_all(p).expect("write");
+            }
+            total += p.len() as u64;
+            assert_eq!(files[1].sync_point().expect("sync point"), total);
+            assert_eq!(std::fs::metadata(&paths[1]).expect("len").len(), total);
+        }
+        for f in &mut files {
+            assert_eq!(f.finish().expect("finish"), want.len() as u64);
+        }
+        drop(files);
+        for p in &paths {
+            assert!(std::fs::read(p).expect("read") == want, "{}", p.display());
+        }
+        let (len, sha) = follower.finish().expect("digest");
+        assert_eq!(len, want.len() as u64);
+        assert_eq!(sha, crate::model::digest::sha256_hex(&want));
     }
 
     #[test]

@@ -183,7 +183,17 @@ fn write_windowed(
                 _ => true,
             }
     };
-    let counts = kept_rows(&buckets, &passes, &keep, pool)?;
+    // Every row is written where none is left out and there is no split: the spill's own
+    // counts then spare a read of every bucket.
+    let everything = excluded.is_empty() && split.is_none();
+    let counts = match buckets
+        .iter()
+        .map(SpilledBucket::rows)
+        .collect::<Option<Vec<u64>>>()
+    {
+        Some(rows) if everything => vec![rows.into_iter().map(|n| n as usize).collect()],
+        _ => kept_rows(&buckets, &passes, &keep, pool)?,
+    };
     let jobs = shard_jobs(&buckets, &passes, &counts, rows_per_shard)?;
     let threads = pool.current_num_threads().max(1);
     // Each pool thread counts into its own statistics (merged at the end: sums, minima and
@@ -416,20 +426,24 @@ fn write_shard(shared: &Shared, job: &ShardJob, name: String) -> Result<Option<S
                             batches += 1;
                         }
                     }
-                    let encoded: Vec<ShardChunk> = pool.install(|| {
-                        plans
-                            .par_iter()
-                            .map(|plan| ShardChunk {
-                                bytes: encode(plan, mask_dtype, sources, locals).map_err(arrow_err),
-                                rows: plan.rows.len() as u64,
-                            })
-                            .collect()
-                    });
-                    drop(plans);
-                    for chunk in encoded {
-                        let failed = chunk.bytes.is_err();
-                        if tx.send(chunk).is_err() || failed {
-                            return;
+                    // Encoded a few at a time, as many as the channel holds: a window's
+                    // batches all encoded at once doubled its memory.
+                    for group in plans.chunks(chunks_in_flight) {
+                        let encoded: Vec<ShardChunk> = pool.install(|| {
+                            group
+                                .par_iter()
+                                .map(|plan| ShardChunk {
+                                    bytes: encode(plan, mask_dtype, sources, locals)
+                                        .map_err(arrow_err),
+                                    rows: plan.rows.len() as u64,
+                                })
+                                .collect()
+                        });
+                        for chunk in encoded {
+                            let failed = chunk.bytes.is_err();
+                            if tx.send(chunk).is_err() || failed {
+                                return;
+                            }
                         }
                     }
                 }

@@ -1,7 +1,7 @@
 //! Bucketed spill files: the external shuffle. Rows go to one of up to 256 buckets by the top
 //! bits of their key; reading a bucket back and sorting it yields the global key order.
 
-use super::output_file::{read_prefix, OutputFile};
+use super::output_file::{read_prefix, BlockWriters, OutputFile};
 use super::{TokenRow, WriteError};
 use sha2::{Digest, Sha256};
 use std::io::Write;
@@ -36,6 +36,11 @@ pub struct Spill {
     unsynced: bool,
     /// One encoded row, written with a single call.
     scratch: Vec<u8>,
+    /// Rows pushed to each bucket by this process (`None`: a resumed bucket, whose earlier
+    /// rows were not counted here).
+    bucket_rows: Vec<Option<u64>>,
+    /// Where the buckets' blocks are written ([`Spill::write_behind`]).
+    writers: Option<std::sync::Arc<BlockWriters>>,
 }
 
 impl Spill {
@@ -48,6 +53,8 @@ impl Spill {
             rows: 0,
             unsynced: false,
             scratch: Vec::new(),
+            bucket_rows: Vec::new(),
+            writers: None,
         })
     }
 
@@ -85,6 +92,7 @@ impl Spill {
         let b = self.bucket_of(key);
         if self.buckets.len() <= b {
             self.buckets.resize_with(b + 1, || None);
+            self.bucket_rows.resize(b + 1, Some(0));
         }
         if self.buckets[b].is_none() {
             let path = self.path(b);
@@ -92,6 +100,9 @@ impl Spill {
                 OutputFile::with_block(&path, BUCKET_BLOCK).map_err(|e| WriteError::Io(path, e))?;
             if self.unsynced {
                 file.unsynced();
+            }
+            if let Some(writers) = &self.writers {
+                file.write_behind(writers);
             }
             self.buckets[b] = Some(file);
         }
@@ -102,8 +113,20 @@ impl Spill {
         if let Err(e) = w.write_all(encoded) {
             return Err(WriteError::Io(self.path(b), e));
         }
+        if let Some(n) = &mut self.bucket_rows[b] {
+            *n += 1;
+        }
         self.rows += 1;
         Ok(())
+    }
+
+    /// Hands the buckets' full blocks to `writers` instead of writing them on the thread that
+    /// pushes the rows (see [`OutputFile::write_behind`]).
+    pub fn write_behind(&mut self, writers: std::sync::Arc<BlockWriters>) {
+        for w in self.buckets.iter_mut().flatten() {
+            w.write_behind(&writers);
+        }
+        self.writers = Some(writers);
     }
 
     /// Sync points hand the rows to the system without waiting for the device (see
@@ -159,8 +182,10 @@ impl Spill {
             let file = OutputFile::reopen(&path, len, BUCKET_BLOCK).map_err(|e| io(&path, e))?;
             if spill.buckets.len() <= b {
                 spill.buckets.resize_with(b + 1, || None);
+                spill.bucket_rows.resize(b + 1, Some(0));
             }
             spill.buckets[b] = Some(file);
+            spill.bucket_rows[b] = None;
         }
         Ok(spill)
     }
@@ -172,7 +197,8 @@ impl Spill {
             if let Some(mut w) = w {
                 let path = self.path(b);
                 let len = w.finish().map_err(|e| WriteError::Io(path.clone(), e))?;
-                buckets.push(SpilledBucket { path, len });
+                let rows = self.bucket_rows.get(b).copied().flatten();
+                buckets.push(SpilledBucket { path, len, rows });
             }
         }
         Ok(buckets)
@@ -191,12 +217,19 @@ pub struct SpillState {
 pub struct SpilledBucket {
     pub path: PathBuf,
     len: u64,
+    /// Its number of rows, where the spill counted them all.
+    rows: Option<u64>,
 }
 
 impl SpilledBucket {
     /// Bytes of its rows.
     pub fn len(&self) -> u64 {
         self.len
+    }
+
+    /// Its number of rows, when known without reading it (not for a resumed bucket).
+    pub fn rows(&self) -> Option<u64> {
+        self.rows
     }
 
     pub fn is_empty(&self) -> bool {
@@ -673,6 +706,7 @@ mod tests {
             let bucket = SpilledBucket {
                 path: path.clone(),
                 len: bytes.len() as u64,
+                rows: None,
             };
             match Bucket::read(&bucket, Vec::new()) {
                 Err(WriteError::Corrupt(p)) => assert_eq!(p, path),
@@ -685,6 +719,7 @@ mod tests {
         let mut bucket = SpilledBucket {
             path: path.clone(),
             len: good.len() as u64,
+            rows: None,
         };
         assert_eq!(Bucket::read(&bucket, Vec::new()).expect("read").len(), 1);
         // A file shorter than what was written to it is an I/O error naming it.
