@@ -441,6 +441,15 @@ mod tests {
             .collect()
     }
 
+    /// One piece of each size, each of its own bytes (seeds from `seed` on).
+    fn pieces(sizes: &[usize], seed: u32) -> Vec<Vec<u8>> {
+        sizes
+            .iter()
+            .enumerate()
+            .map(|(i, &n)| bytes(n, seed + i as u32))
+            .collect()
+    }
+
     /// Writes `pieces` (with a flush where a piece is empty) and returns what the file holds.
     fn written(pieces: &[Vec<u8>]) -> Vec<u8> {
         let dir = tempfile::tempdir().expect("tempdir");
@@ -462,11 +471,7 @@ mod tests {
     fn blocks_written_behind_are_the_same_bytes_and_published_in_order() {
         let writers = BlockWriters::start(2).expect("start").expect("switched on");
         let sizes = [1, BLOCK - 1, BLOCK, 3 * BLOCK + 7, 4096, 5];
-        let pieces: Vec<Vec<u8>> = sizes
-            .iter()
-            .enumerate()
-            .map(|(i, &n)| bytes(n, 40 + i as u32))
-            .collect();
+        let pieces = pieces(&sizes, 40);
         let want = pieces.concat();
         let dir = tempfile::tempdir().expect("tempdir");
         // Several files on the same writers at once, the digest of one taken as it is written.
@@ -515,11 +520,7 @@ mod tests {
             3 * BLOCK + 7,
             5,
         ];
-        let pieces: Vec<Vec<u8>> = sizes
-            .iter()
-            .enumerate()
-            .map(|(i, &n)| bytes(n, i as u32))
-            .collect();
+        let pieces = pieces(&sizes, 0);
         let want = pieces.concat();
         let got = written(&pieces);
         assert_eq!(got.len(), want.len());
@@ -529,11 +530,7 @@ mod tests {
     #[test]
     fn sync_points_change_nothing_and_a_reopened_file_goes_on_exactly() {
         let sizes = [4099, 10, BLOCK - 5, 2 * BLOCK + 9, 4096, 1];
-        let pieces: Vec<Vec<u8>> = sizes
-            .iter()
-            .enumerate()
-            .map(|(i, &n)| bytes(n, 10 + i as u32))
-            .collect();
+        let pieces = pieces(&sizes, 10);
         let want = pieces.concat();
         let dir = tempfile::tempdir().expect("tempdir");
         let path = dir.path().join("out");
