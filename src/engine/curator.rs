@@ -61,6 +61,12 @@ impl<'p> Curator<'p> {
         self.bands
     }
 
+    /// Whether the scan's records decide anything across rows (exact or near duplicates,
+    /// contamination): then no row can be worked before every row is scanned.
+    pub fn decides_across_rows(&self) -> bool {
+        self.dedup.is_some() || self.bands.is_some() || self.decontam.is_some()
+    }
+
     /// The scan of one validated row: the first content filter that drops it, or its record.
     pub fn scan(
         &self,

@@ -146,6 +146,8 @@ pub enum RowEvent {
 pub enum PassKind {
     Scan,
     Work,
+    /// A scan that works its candidates as it goes: scan and work events.
+    Whole,
 }
 
 /// The lengths of every side output at the end of a pass.

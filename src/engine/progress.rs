@@ -360,6 +360,8 @@ struct State {
     scan_secs: f64,
     work_secs: f64,
     last_line: Instant,
+    /// The build works its rows in its scans ([`Pass::Whole`]): no work pass follows.
+    one_pass: bool,
 }
 
 /// How far the build is, at one moment.
@@ -427,6 +429,7 @@ impl State {
             scan_secs: 0.0,
             work_secs: 0.0,
             last_line: now,
+            one_pass: false,
         }
     }
 
@@ -437,7 +440,7 @@ impl State {
             let run = &mut self.runs[source];
             run.secs += secs;
             match pass {
-                Pass::Scan => {
+                Pass::Scan | Pass::Whole => {
                     run.scan_done = true;
                     self.scan_secs += secs;
                 }
@@ -452,14 +455,16 @@ impl State {
             return;
         }
         let run = &mut self.runs[source];
-        if let Pass::Work { rows } = pass {
-            run.work_queued += rows;
+        match pass {
+            Pass::Work { rows } => run.work_queued += rows,
+            Pass::Whole => self.one_pass = true,
+            Pass::Scan => {}
         }
         self.pass = Some((source, pass, now, run.work_done));
     }
 
     fn scanned(&mut self, file: usize, weight: u64) {
-        let Some((source, Pass::Scan, ..)) = self.pass else {
+        let Some((source, Pass::Scan | Pass::Whole, ..)) = self.pass else {
             return;
         };
         let (Some(size), Some(run)) = (
@@ -481,7 +486,7 @@ impl State {
         };
         let run = &mut self.runs[source];
         match pass {
-            Pass::Scan => {
+            Pass::Scan | Pass::Whole => {
                 run.read = rows;
                 run.candidates = kept;
             }
@@ -544,7 +549,7 @@ impl State {
 
     fn snapshot(&self, now: Instant) -> Snapshot {
         let running = |kind: bool| match self.pass {
-            Some((_, pass, started, _)) if matches!(pass, Pass::Scan) == kind => {
+            Some((_, pass, started, _)) if !matches!(pass, Pass::Work { .. }) == kind => {
                 now.duration_since(started).as_secs_f64()
             }
             _ => 0.0,
@@ -598,13 +603,31 @@ impl State {
                     };
                     size.take.map_or(c, |t| c.min(t as f64))
                 };
-                (expected - run.work_done as f64).max(0.0)
+                match self.one_pass {
+                    // Worked by the scan; counted for the shards below.
+                    true => expected,
+                    false => (expected - run.work_done as f64).max(0.0),
+                }
             })
             .sum();
-        let work_secs_per_row =
-            self.work_secs_per_row((scan_secs, scan_rows), (work_secs, work_rows));
-        // Rows the shards will get: what the work passes queue (or are expected to).
-        let work_total: f64 = work_left + work_rows as f64;
+        let (work_left, work_total, work_secs_per_row) = match self.one_pass {
+            // A scanned row's time is its work's too: a work row's part of it, for the shards.
+            true => {
+                let work = self
+                    .samples
+                    .work_per_scan_row()
+                    .unwrap_or(WORK_PER_SCAN_ROW);
+                let per_row =
+                    (scan_rows > 0).then(|| scan_secs / scan_rows as f64 * work / (1.0 + work));
+                (0.0, work_left, per_row)
+            }
+            // Rows the shards will get: what the work passes queue (or are expected to).
+            false => (
+                work_left,
+                work_left + work_rows as f64,
+                self.work_secs_per_row((scan_secs, scan_rows), (work_secs, work_rows)),
+            ),
+        };
         let shard_secs = self
             .shards
             .as_ref()
@@ -644,6 +667,11 @@ impl State {
             ),
             Some((source, Pass::Scan, ..)) => (
                 format!("scan {}", self.sources[source].name),
+                scan_rows,
+                scan_secs,
+            ),
+            Some((source, Pass::Whole, ..)) => (
+                format!("build {}", self.sources[source].name),
                 scan_rows,
                 scan_secs,
             ),
@@ -781,6 +809,34 @@ mod tests {
             }
         );
         assert_eq!(FileUnits::of(None).total, 0.0);
+    }
+
+    #[test]
+    fn a_one_pass_build_expects_no_work_after_its_scans_only_the_shards() {
+        let t0 = Instant::now();
+        let at = |ms: u64| t0 + Duration::from_millis(ms);
+        let mut s = state(vec![vec![bytes(1000)], vec![bytes(3000)]], vec![None, None]);
+        s.start(0, Pass::Whole, at(0));
+        for _ in 0..50 {
+            s.scanned(0, 10);
+        }
+        s.done(50, 40, 9000, at(1000));
+        let snap = s.snapshot(at(1000));
+        assert_eq!(snap.phase, "build s0");
+        assert_eq!((snap.rows, snap.rows_per_sec), (50, 50.0));
+        // 500 of 4,000 bytes in 1 s, each row's work done by then; 320 candidates expected
+        // (40 per 500 bytes), each a work row's share of a scanned row's time for the shards.
+        let work_part = WORK_PER_SCAN_ROW / (1.0 + WORK_PER_SCAN_ROW);
+        let expected = 3500.0 / 500.0 + 320.0 * (1.0 / 50.0) * work_part * SHARD_PER_WORK_ROW;
+        let eta = snap.eta.expect("an eta");
+        assert!((eta - expected).abs() < 1e-9, "{eta} {expected}");
+        // The last scan done: only the shards are left.
+        s.start(1, Pass::Whole, at(1000));
+        s.done(150, 120, 27000, at(4000));
+        s.close(at(4000));
+        let eta = s.snapshot(at(4000)).eta.expect("an eta");
+        let expected = 160.0 * (4.0 / 200.0) * work_part * SHARD_PER_WORK_ROW;
+        assert!((eta - expected).abs() < 1e-9, "{eta} {expected}");
     }
 
     #[test]

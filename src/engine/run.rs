@@ -2,7 +2,8 @@
 //! content filters → exact dedup, MinHash bands and benchmark n-grams per row), the global
 //! decisions over the scan's compact records ([`Ledger::decide`]), then *work* passes that
 //! render, tokenize and mask only rows that can be selected, in selection order, until the
-//! allocation (`take`, `mix`) is met; copies for `max_repeats` last.
+//! allocation (`take`, `mix`) is met; copies for `max_repeats` last. A build that decides
+//! nothing across rows works each candidate in the scan instead ([`one_pass`]).
 //!
 //! Per-row work runs on the caller's rayon pool, batch by batch; everything that decides order
 //! or counts runs on the calling thread in input order, and every decision is a function of the
@@ -168,6 +169,9 @@ pub enum Pass {
     Scan,
     /// A work pass over this many selected rows (copies included).
     Work { rows: u64 },
+    /// The scan that works its candidates as it goes (a build that decides nothing across
+    /// rows: [`one_pass`]); no work pass follows.
+    Whole,
 }
 
 pub struct NoProgress;
@@ -383,14 +387,25 @@ pub fn run_journaled(
         sequence: restored.sequence,
         journal,
     };
+    let whole = one_pass(plan, &curator, ctx.parts.is_some());
     for index in 0..plan.sources.len() {
-        ctx.scan(index, &mut ledger, &mut out)?;
+        if whole {
+            ctx.whole(index, &mut ledger, &mut out)?;
+        } else {
+            ctx.scan(index, &mut ledger, &mut out)?;
+        }
     }
     if let Some(parts) = &parts {
         parts.lock().map_err(|_| poisoned())?.finish()?;
     }
     // Near-duplicate groups are joined band by band on the build's threads.
     pool.install(|| ledger.decide());
+    if whole {
+        // Every candidate is worked already: the work passes have nothing to do.
+        for index in 0..plan.sources.len() {
+            ledger.extend(index, ledger.remaining(index));
+        }
+    }
     // Written before the first work pass: already in `filtered.jsonl` when that pass is
     // replayed.
     if !out.journal.replaying() {
@@ -445,6 +460,29 @@ pub fn run_journaled(
         settled,
         regenerate,
     })
+}
+
+/// Whether a build scans and works its rows in one pass ([`Context::whole`]): where nothing
+/// is decided across rows — no exact or near-duplicate removal, no decontamination, no `take`
+/// or `mix` — every candidate is selected, so it can be worked as soon as it is scanned. Not
+/// for a merge (the parts scanned), a regenerated source (its requests are counted per work
+/// pass) or a pre-tokenized one (nothing to parse twice); `CHATSHARDS_ONE_PASS=0` keeps the
+/// two passes (the same bytes; a build resumes only with the setting it started with).
+fn one_pass(plan: &Plan, curator: &Curator, merge: bool) -> bool {
+    let off = matches!(
+        std::env::var("CHATSHARDS_ONE_PASS")
+            .as_deref()
+            .map(str::trim),
+        Ok("0" | "false")
+    );
+    !off && !merge
+        && !curator.decides_across_rows()
+        && plan.mix.is_none()
+        && plan.sources.iter().all(|s| {
+            s.take.is_none()
+                && s.regenerate.is_none()
+                && !matches!(s.adapter, Adapter::Speculator(_))
+        })
 }
 
 fn poisoned() -> RunError {
@@ -628,17 +666,8 @@ struct KeptCopy {
 
 impl Context<'_> {
     fn scan(&self, index: usize, ledger: &mut Ledger, out: &mut Out) -> Result<(), RunError> {
-        self.progress.pass_started(index, Pass::Scan);
-        let (mut read, mut candidates) = (0u64, 0u64);
-        // What is recorded of the pass is replayed, shown as rows done at once.
-        let started = out.journal.start(PassKind::Scan, index, &mut |event| {
-            read += 1;
-            if let ScanOutcome::Candidate(None) = self.apply_scan(index, ledger, event)? {
-                candidates += 1;
-            }
-            Ok::<_, RunError>(())
-        })?;
-        self.progress.rows_done(read, candidates, 0);
+        let (started, mut read, mut candidates) =
+            self.start_scan(PassKind::Scan, index, ledger, out)?;
         let Some((mut recorder, skip)) = started else {
             // A merge resumed after this pass: its rows are in the journal, the parts read on
             // past them.
@@ -685,53 +714,11 @@ impl Context<'_> {
                     self.progress.work_sampled(sample);
                 }
                 self.progress.row_scanned(file as usize, weight);
-                let note = |reason: String, message: String, extra| RowNote {
-                    source: index,
-                    file,
-                    row,
-                    shown,
-                    reason,
-                    message,
-                    extra,
-                };
-                // The row's line first (while its message is at hand), then its record, which
-                // the ledger takes over.
-                let event = match scanned {
-                    ScanRow::Rejected(reject) => {
-                        let code = reject.reason.code().to_owned();
-                        let n = note(code, reject.message, Vec::new());
-                        write_note(out.sinks.rejects, self.plan, &n, "rejects.jsonl")?;
-                        RowEvent::Rejected(reject.reason)
-                    }
-                    ScanRow::Filtered {
-                        filter,
-                        detail,
-                        text,
-                    } => {
-                        let extra = text.map(|t| ("text", t)).into_iter().collect();
-                        let n = note(filter.clone(), detail, extra);
-                        write_note(out.sinks.filtered, self.plan, &n, "filtered.jsonl")?;
-                        RowEvent::Filtered(filter)
-                    }
-                    ScanRow::Candidate(scanned) => RowEvent::Candidate {
-                        file,
-                        row,
-                        shown,
-                        scanned,
-                    },
-                };
-                recorder.record(&event)?;
-                let sinks = &mut *out.sinks;
-                match self.apply_scan(index, ledger, event)? {
-                    ScanOutcome::Candidate(Some(of)) => {
-                        let (os, of_file, of_row) = ledger.position_of(of);
-                        let id = self.sample_id(os, of_file, of_row).to_string();
-                        let extra = vec![("duplicate_of", id)];
-                        let n = note("deduplicated".to_owned(), String::new(), extra);
-                        write_note(sinks.filtered, self.plan, &n, "filtered.jsonl")?;
-                    }
-                    ScanOutcome::Candidate(None) => candidates += 1,
-                    ScanOutcome::Dropped => {}
+                let at = (file, row, shown);
+                if let ScanOutcome::Candidate(None) =
+                    self.commit_scanned(index, ledger, out, &mut recorder, at, scanned)?
+                {
+                    candidates += 1;
                 }
             }
             self.progress.rows_done(read, candidates, 0);
@@ -757,6 +744,110 @@ impl Context<'_> {
             }
         }
         out.finish_pass(recorder)
+    }
+
+    /// The scan and the work in one pass over a source, for a build that decides nothing
+    /// across rows (see [`one_pass`]): every candidate is worked as soon as it is scanned, from
+    /// the conversation the scan prepared, so no row is read or parsed twice. Its record
+    /// holds each row's scan event, a candidate's followed by its work event: replayed, the
+    /// ledger sees what the scan and a first work pass over every candidate would have shown
+    /// it, in the same order, and the outputs are the same bytes.
+    fn whole(&self, index: usize, ledger: &mut Ledger, out: &mut Out) -> Result<(), RunError> {
+        let (started, mut read, mut candidates) =
+            self.start_scan(PassKind::Whole, index, ledger, out)?;
+        let mut tokens = 0u64;
+        let Some((mut recorder, skip)) = started else {
+            return Ok(());
+        };
+        let mut last_segment = LastSegment::new(skip);
+        let work = |batch: Vec<RawRow>| self.whole_batch(index, batch);
+        let mut commit = |rows: Vec<WholeRow>| -> Result<(), RunError> {
+            for (file, row, shown, weight, scanned, worked) in rows {
+                out.segment(&mut recorder, read, &mut last_segment)?;
+                read += 1;
+                self.progress.row_scanned(file as usize, weight);
+                let at = (file, row, shown);
+                let outcome =
+                    self.commit_scanned(index, ledger, out, &mut recorder, at, scanned)?;
+                match (outcome, worked) {
+                    (ScanOutcome::Candidate(None), Some(worked)) => {
+                        candidates += 1;
+                        tokens +=
+                            self.commit_worked(index, ledger, out, &mut recorder, worked, &[0])?;
+                    }
+                    (ScanOutcome::Dropped, None) => {}
+                    _ => {
+                        return Err(RunError::Curate(format!(
+                            "internal error: row {row} of file {file} was a candidate to the scan \
+                             or the work, not to both"
+                        )))
+                    }
+                }
+            }
+            self.progress.rows_done(read, candidates, tokens);
+            out.segment(&mut recorder, read, &mut last_segment)
+        };
+        self.pass(index, None, skip, &work, &mut commit)?;
+        out.finish_pass(recorder)
+    }
+
+    /// The whole pass's parallel part for a batch: the scan of every row, then the work of its
+    /// candidates as one batch.
+    fn whole_batch(&self, index: usize, batch: Vec<RawRow>) -> Vec<WholeRow> {
+        let mut candidates = Vec::new();
+        let mut rows: Vec<WholeRow> = self.timings.time(PoolStage::Prepare, || {
+            batch
+                .into_iter()
+                .map(|raw| {
+                    let (file, row, shown) = (raw.file as u32, raw.row, raw.shown_row());
+                    let weight = raw.record.weight() as u64;
+                    let (scanned, prepared) = self.scan_prepared(index, raw);
+                    if let Some((conversation, repairs)) = prepared {
+                        candidates.push((file, row, Ok((conversation, repairs, Vec::new(), None))));
+                    }
+                    (file, row, shown, weight, scanned, None)
+                })
+                .collect()
+        });
+        let mut worked = self
+            .work_prepared(index, None, candidates, self.timings)
+            .into_iter();
+        for row in &mut rows {
+            if let ScanRow::Candidate(_) = row.4 {
+                row.5 = worked.next();
+            }
+        }
+        rows
+    }
+
+    /// Starts a scan or whole pass over source `index`: what its record holds goes to the
+    /// ledger (shown as rows done at once). Returns its recorder and the input rows done when
+    /// it runs on (see [`Journal::start`]), and the rows read and candidates so far.
+    fn start_scan(
+        &self,
+        kind: PassKind,
+        index: usize,
+        ledger: &mut Ledger,
+        out: &mut Out,
+    ) -> Result<(Started, u64, u64), RunError> {
+        let pass = match kind {
+            PassKind::Whole => Pass::Whole,
+            _ => Pass::Scan,
+        };
+        self.progress.pass_started(index, pass);
+        let (mut read, mut candidates) = (0u64, 0u64);
+        let started = out.journal.start(kind, index, &mut |event| {
+            if let (PassKind::Whole, RowEvent::Worked { .. }) = (kind, &event) {
+                return apply_work(ledger, index, event);
+            }
+            read += 1;
+            if let ScanOutcome::Candidate(None) = self.apply_scan(index, ledger, event)? {
+                candidates += 1;
+            }
+            Ok::<_, RunError>(())
+        })?;
+        self.progress.rows_done(read, candidates, 0);
+        Ok((started, read, candidates))
     }
 
     /// Hands the scan's record of a row to the ledger: the one place a scan pass changes it,
@@ -795,6 +886,62 @@ impl Context<'_> {
         })
     }
 
+    /// Commits one scanned row: its line in `rejects.jsonl` or `filtered.jsonl` first (while
+    /// its message is at hand), then its record, which the ledger takes over.
+    fn commit_scanned(
+        &self,
+        index: usize,
+        ledger: &mut Ledger,
+        out: &mut Out,
+        recorder: &mut Recorder,
+        (file, row, shown): (u32, u64, u64),
+        scanned: ScanRow,
+    ) -> Result<ScanOutcome, RunError> {
+        let note = |reason: String, message: String, extra| RowNote {
+            source: index,
+            file,
+            row,
+            shown,
+            reason,
+            message,
+            extra,
+        };
+        let event = match scanned {
+            ScanRow::Rejected(reject) => {
+                let code = reject.reason.code().to_owned();
+                let n = note(code, reject.message, Vec::new());
+                write_note(out.sinks.rejects, self.plan, &n, "rejects.jsonl")?;
+                RowEvent::Rejected(reject.reason)
+            }
+            ScanRow::Filtered {
+                filter,
+                detail,
+                text,
+            } => {
+                let extra = text.map(|t| ("text", t)).into_iter().collect();
+                let n = note(filter.clone(), detail, extra);
+                write_note(out.sinks.filtered, self.plan, &n, "filtered.jsonl")?;
+                RowEvent::Filtered(filter)
+            }
+            ScanRow::Candidate(scanned) => RowEvent::Candidate {
+                file,
+                row,
+                shown,
+                scanned,
+            },
+        };
+        recorder.record(&event)?;
+        let outcome = self.apply_scan(index, ledger, event)?;
+        if let ScanOutcome::Candidate(Some(of)) = outcome {
+            let (os, of_file, of_row) = ledger.position_of(of);
+            let id = self.sample_id(os, of_file, of_row).to_string();
+            let extra = vec![("duplicate_of", id)];
+            let n = note("deduplicated".to_owned(), String::new(), extra);
+            write_note(out.sinks.filtered, self.plan, &n, "filtered.jsonl")?;
+        }
+        Ok(outcome)
+    }
+
     /// Adapts, validates and curates one row (no rendering).
     fn scan_row(&self, index: usize, raw: RawRow) -> ScanRow {
         let weight = u32::try_from(raw.record.weight()).unwrap_or(u32::MAX);
@@ -806,24 +953,31 @@ impl Context<'_> {
                 Err(skip) => skip_row(skip),
             };
         }
-        let conversation = match self.prepare(index, raw) {
-            Ok((conversation, _)) => conversation,
-            Err(Skip::Rejected(reject)) => return ScanRow::Rejected(reject),
-            Err(Skip::Filtered(reason)) => {
-                return ScanRow::Filtered {
-                    filter: reason.code().to_owned(),
-                    detail: String::new(),
-                    text: None,
-                }
-            }
+        self.scan_prepared(index, raw).0
+    }
+
+    /// [`scan_row`](Self::scan_row) of a conversation (not a pre-tokenized row), and a
+    /// candidate's conversation and repairs for the work.
+    fn scan_prepared(
+        &self,
+        index: usize,
+        raw: RawRow,
+    ) -> (ScanRow, Option<(Conversation, Repairs)>) {
+        let weight = u32::try_from(raw.record.weight()).unwrap_or(u32::MAX);
+        let (conversation, repairs) = match self.prepare(index, raw) {
+            Ok(prepared) => prepared,
+            Err(skip) => return (skip_row(skip), None),
         };
         match self.curator.scan(index, &conversation, weight) {
-            Ok(scanned) => ScanRow::Candidate(scanned),
-            Err(dropped) => ScanRow::Filtered {
-                filter: dropped.filter,
-                detail: dropped.detail,
-                text: dropped.text,
-            },
+            Ok(scanned) => (ScanRow::Candidate(scanned), Some((conversation, repairs))),
+            Err(dropped) => {
+                let filtered = ScanRow::Filtered {
+                    filter: dropped.filter,
+                    detail: dropped.detail,
+                    text: dropped.text,
+                };
+                (filtered, None)
+            }
         }
     }
 
@@ -953,7 +1107,6 @@ impl Context<'_> {
         if let Some(regen) = self.regen.filter(|r| r.applies(index)) {
             regen.expect(wanted.len());
         }
-        let source = &self.plan.sources[index];
         let (mut rows_in, mut last_segment) = (skip, LastSegment::new(skip));
         let (mut done, mut tokens) = (queued - wanted.len() as u64, 0u64);
         let work = |batch: Vec<RawRow>| self.work_batch(index, wanted, batch, self.timings);
@@ -961,55 +1114,73 @@ impl Context<'_> {
             for r in rows {
                 out.segment(&mut recorder, rows_in, &mut last_segment)?;
                 rows_in += 1;
-                let at = || format!("`{}` row {}", source.display_files[r.file as usize], r.row);
-                let done_row = r
-                    .result
-                    .map_err(|detail| RunError::InputChanged { row: at(), detail })?;
                 let copies = copies_of(wanted, r.file, r.row);
                 done += copies.len() as u64;
-                let work = match done_row.outcome {
-                    Outcome::EncoderMismatch(detail) => {
-                        return Err(RunError::EncoderMismatch { row: at(), detail })
-                    }
-                    Outcome::RendererMismatch(detail) => {
-                        return Err(RunError::RendererMismatch { row: at(), detail })
-                    }
-                    Outcome::Rejected(reject) => Work::Rejected(reject),
-                    Outcome::Filtered(reason) => Work::Filtered {
-                        filter: reason.code().to_owned(),
-                        detail: String::new(),
-                    },
-                    Outcome::Kept(_) if done_row.token_filtered.is_some() => {
-                        match done_row.token_filtered {
-                            Some(dropped) => Work::Filtered {
-                                filter: dropped.filter,
-                                detail: dropped.detail,
-                            },
-                            None => continue,
-                        }
-                    }
-                    Outcome::Kept(kept) => {
-                        for copy in kept {
-                            let number = copy.copy;
-                            let mut kept = self.keep(copy, out)?;
-                            tokens += kept.tokens;
-                            kept.regen = done_row.regen;
-                            let (file, row) = (r.file, r.row);
-                            let work = Work::Kept(kept);
-                            record_work(&mut recorder, ledger, index, (file, row, number), work)?;
-                        }
-                        continue;
-                    }
-                };
-                // A row the scan kept is never rejected or filtered as a copy: copies are
-                // only made of kept rows, and the work is deterministic.
-                record_work(&mut recorder, ledger, index, (r.file, r.row, 0), work)?;
+                tokens += self.commit_worked(index, ledger, out, &mut recorder, r, &copies)?;
             }
             self.progress.rows_done(done, done, tokens);
             out.segment(&mut recorder, rows_in, &mut last_segment)
         };
         self.pass(index, Some(wanted), 0, &work, &mut commit)?;
         out.finish_pass(recorder)
+    }
+
+    /// Commits one worked row (the copies of it that were asked for): a kept one's rows to
+    /// the spill and its lines to `conversations.jsonl`, and its record, which the ledger takes
+    /// over. Returns the tokens kept.
+    fn commit_worked(
+        &self,
+        index: usize,
+        ledger: &mut Ledger,
+        out: &mut Out,
+        recorder: &mut Recorder,
+        r: WorkRow,
+        copies: &[u32],
+    ) -> Result<u64, RunError> {
+        let source = &self.plan.sources[index];
+        let at = || format!("`{}` row {}", source.display_files[r.file as usize], r.row);
+        let done_row = r
+            .result
+            .map_err(|detail| RunError::InputChanged { row: at(), detail })?;
+        debug_assert!(!copies.is_empty());
+        let work = match done_row.outcome {
+            Outcome::EncoderMismatch(detail) => {
+                return Err(RunError::EncoderMismatch { row: at(), detail })
+            }
+            Outcome::RendererMismatch(detail) => {
+                return Err(RunError::RendererMismatch { row: at(), detail })
+            }
+            Outcome::Rejected(reject) => Work::Rejected(reject),
+            Outcome::Filtered(reason) => Work::Filtered {
+                filter: reason.code().to_owned(),
+                detail: String::new(),
+            },
+            Outcome::Kept(_) if done_row.token_filtered.is_some() => {
+                match done_row.token_filtered {
+                    Some(dropped) => Work::Filtered {
+                        filter: dropped.filter,
+                        detail: dropped.detail,
+                    },
+                    None => return Ok(0),
+                }
+            }
+            Outcome::Kept(kept) => {
+                let mut tokens = 0;
+                for copy in kept {
+                    let number = copy.copy;
+                    let mut kept = self.keep(copy, out)?;
+                    tokens += kept.tokens;
+                    kept.regen = done_row.regen;
+                    let work = Work::Kept(kept);
+                    record_work(recorder, ledger, index, (r.file, r.row, number), work)?;
+                }
+                return Ok(tokens);
+            }
+        };
+        // A row the scan kept is never rejected or filtered as a copy: copies are only made of
+        // kept rows, and the work is deterministic.
+        record_work(recorder, ledger, index, (r.file, r.row, 0), work)?;
+        Ok(0)
     }
 
     /// The work pass's parallel part for a batch.
@@ -1035,6 +1206,18 @@ impl Context<'_> {
                 })
                 .collect()
         });
+        self.work_prepared(index, Some(wanted), prepared, timings)
+    }
+
+    /// [`work_batch`](Self::work_batch) after its rows are prepared (`wanted`: the copies
+    /// asked for; `None`, the row itself).
+    fn work_prepared(
+        &self,
+        index: usize,
+        wanted: Option<&[Wanted]>,
+        prepared: Vec<(u32, u64, Result<PreparedRow, String>)>,
+        timings: &Timings,
+    ) -> Vec<WorkRow> {
         let mut rows = Vec::with_capacity(prepared.len());
         let mut conversations = Vec::with_capacity(prepared.len());
         let mut groups = Vec::with_capacity(prepared.len());
@@ -1128,7 +1311,7 @@ impl Context<'_> {
                 )| {
                     let outcome = match outcome {
                         Outcome::Kept(rows) if token_filtered.is_none() => {
-                            let copies = copies_of(wanted, file, row);
+                            let copies = wanted.map_or(vec![0], |w| copies_of(w, file, row));
                             Outcome::Kept(self.serialize(
                                 index,
                                 (file, row),
@@ -1614,6 +1797,13 @@ fn copies_of(wanted: &[Wanted], file: u32, row: u64) -> Vec<u32> {
 /// A row made ready for the work pass: its conversation, repairs, its rows when they need no
 /// rendering, and its split group (a pre-tokenized row's id).
 type PreparedRow = (Conversation, Repairs, Vec<Tokenized>, Option<String>);
+
+/// A pass that runs on: its recorder and the input rows its recorded segments did.
+type Started = Option<(Recorder, u64)>;
+
+/// A row of the whole pass: file, row, shown row, weight for progress, what the scan found,
+/// and a candidate's work.
+type WholeRow = (u32, u64, u64, u64, ScanRow, Option<WorkRow>);
 
 /// The scan's record of a row that was not prepared.
 fn skip_row(skip: Skip) -> ScanRow {

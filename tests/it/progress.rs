@@ -79,19 +79,25 @@ fn is_duration(eta: &str) -> bool {
         .is_some_and(|(h, m)| digits(h) && m.len() == 2 && digits(m))
 }
 
+/// Builds `p` on 2 threads with a progress line every 0.1 s instead of every 5 s (so that a
+/// build of about a second shows several); its stderr.
+fn logged_build(p: &Path) -> String {
+    let out = run(
+        &["build", "--threads", "2"],
+        p,
+        &[("CHATSHARDS_PROGRESS_INTERVAL", "0.1")],
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "{stderr}");
+    stderr
+}
+
 #[test]
 fn a_log_gets_periodic_lines_with_percent_and_eta_and_a_line_per_source() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let rows = 20_000;
     let p = pipeline(tmp.path(), rows);
-    // Every 0.1 s instead of every 5 s, so that a build of about a second shows several.
-    let out = run(
-        &["build", "--threads", "2"],
-        &p,
-        &[("CHATSHARDS_PROGRESS_INTERVAL", "0.1")],
-    );
-    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-    assert!(out.status.success(), "{stderr}");
+    let stderr = logged_build(&p);
     assert!(
         !stderr.contains('\r') && !stderr.contains('\u{1b}'),
         "no bar: {stderr}"
@@ -164,6 +170,38 @@ fn a_log_gets_periodic_lines_with_percent_and_eta_and_a_line_per_source() {
             .all(|l| !l.starts_with("progress: ") || l.contains(" write shards: ")),
         "no progress after the sources are done but the shard phase's: {stderr}"
     );
+}
+
+#[test]
+fn a_build_with_nothing_decided_across_rows_shows_one_pass_per_source() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let p = pipeline(tmp.path(), 20_000);
+    let yaml = std::fs::read_to_string(&p).expect("pipeline");
+    // Without the `take` and the default dedup.
+    let yaml = yaml
+        .replace("    take: 50\n", "")
+        .replace("sources:", "dedup: false\nsources:");
+    std::fs::write(&p, yaml).expect("pipeline");
+    let stderr = logged_build(&p);
+    let progress: Vec<_> = stderr.lines().filter_map(progress_line).collect();
+    assert!(
+        progress
+            .iter()
+            .any(|p| p.1 == "build" && p.2 == "generated"),
+        "{stderr}"
+    );
+    for (_, phase, source, _, _) in &progress {
+        assert!(
+            (phase == "build" && ["generated", "alpaca"].contains(&source.as_str()))
+                || (phase == "write" && source == "shards"),
+            "{stderr}"
+        );
+    }
+    assert!(
+        progress.windows(2).all(|w| w[0].0 <= w[1].0),
+        "the percent went back: {stderr}"
+    );
+    assert_eq!(manifest(tmp.path())["sources"]["alpaca"]["read"], 60);
 }
 
 #[test]

@@ -46,15 +46,20 @@ fn kill_after_pass(mut child: Child, pipeline: &Path, pass: usize) -> bool {
 /// the last one in the shard phase), resumes it, and compares every byte with an uninterrupted
 /// build. Returns how many passes the build has.
 fn resume_after_passes(mix: &str, first: usize) -> usize {
+    resume_after_passes_of(&|dir| project(dir, mix), first)
+}
+
+/// [`resume_after_passes`] of the project `project` makes in a folder.
+fn resume_after_passes_of(project: &dyn Fn(&Path) -> PathBuf, first: usize) -> usize {
     let reference = tempfile::tempdir().expect("tempdir");
-    let p = project(reference.path(), mix);
+    let p = project(reference.path());
     let out = build(&p).output().expect("build");
     assert!(out.status.success(), "{}", stderr(&out));
     let expected = snapshot(&reference.path().join("out"));
     let mut pass = first;
     loop {
         let tmp = tempfile::tempdir().expect("tempdir");
-        let p = project(tmp.path(), mix);
+        let p = project(tmp.path());
         let child = build(&p)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -105,15 +110,80 @@ fn a_build_with_repeats_killed_after_its_last_passes_resumes_to_the_same_bytes()
 #[test]
 fn a_build_killed_inside_a_pass_goes_on_after_its_last_segment() {
     let mix = "mix: {target: rows, total: 220}";
+    // Pass 0 scans `chat` (155 rows), pass 4 is its first work pass; a segment every 16 rows.
+    kill_inside_passes(&|dir| project(dir, mix), &[0, 4]);
+}
+
+/// The demo without anything decided across rows: no dedup, near-duplicates,
+/// decontamination, `take`, `mix` or `weight` (its filters and token rules stay).
+fn one_pass_project(dir: &Path) -> PathBuf {
+    let p = project(dir, "");
+    let yaml = std::fs::read_to_string(&p).expect("pipeline");
+    let mut kept = Vec::new();
+    let mut lines = yaml.lines();
+    while let Some(line) = lines.next() {
+        if line.starts_with("decontaminate:") {
+            // Its four lines of benchmarks.
+            lines.nth(3);
+            continue;
+        }
+        if line.starts_with("dedup:") {
+            // On by default.
+            kept.push("dedup: false");
+        } else if !(line.starts_with("near_dup:")
+            || line.contains("take:")
+            || line.contains("weight:"))
+        {
+            kept.push(line);
+        }
+    }
+    std::fs::write(&p, kept.join("\n")).expect("pipeline");
+    p
+}
+
+#[test]
+fn a_build_that_decides_nothing_across_rows_works_in_one_pass_per_source_the_same_bytes() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let p = one_pass_project(tmp.path());
+    let yaml = std::fs::read_to_string(&p).expect("pipeline");
+    for gone in ["near_dup:", "decontaminate:", "take:", "mix:", "HumanEval"] {
+        assert!(!yaml.contains(gone), "{gone} in {yaml}");
+    }
+    assert!(yaml.contains("\ndedup: false\n"), "{yaml}");
+    let out = build(&p).output().expect("build");
+    assert!(out.status.success(), "{}", stderr(&out));
+    let one = snapshot(&tmp.path().join("out"));
+    let two_passes = tempfile::tempdir().expect("tempdir");
+    let p = one_pass_project(two_passes.path());
+    let out = build(&p)
+        .env("CHATSHARDS_ONE_PASS", "0")
+        .output()
+        .expect("build");
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(snapshot(&two_passes.path().join("out")), one);
+    // Rows rejected, filtered by content and by tokens, and kept, in all four sources.
+    let manifest = String::from_utf8(one["manifest.json"].clone()).expect("utf-8");
+    for said in ["\"rejected\"", "\"refusals\"", "min_supervised_tokens"] {
+        assert!(manifest.contains(said), "{said}: {manifest}");
+    }
+    assert!(!one["rejects.jsonl"].is_empty() && !one["filtered.jsonl"].is_empty());
+
+    // One pass per source, each resumable from its record and from inside it.
+    assert_eq!(resume_after_passes_of(&one_pass_project, 0), 4);
+    kill_inside_passes(&one_pass_project, &[0]);
+}
+
+/// Kills a build of `project` inside each of `passes` (after its first segment, every 16
+/// rows), resumes it and compares every byte with an uninterrupted build.
+fn kill_inside_passes(project: &dyn Fn(&Path) -> PathBuf, passes: &[usize]) {
     let reference = tempfile::tempdir().expect("tempdir");
-    let p = project(reference.path(), mix);
+    let p = project(reference.path());
     let out = build(&p).output().expect("build");
     assert!(out.status.success(), "{}", stderr(&out));
     let expected = snapshot(&reference.path().join("out"));
-    // Pass 0 scans `chat` (155 rows), pass 4 is its first work pass; a segment every 16 rows.
-    for pass in [0, 4] {
+    for &pass in passes {
         let tmp = tempfile::tempdir().expect("tempdir");
-        let p = project(tmp.path(), mix);
+        let p = project(tmp.path());
         let mut child = build(&p)
             .env("CHATSHARDS_CHECKPOINT_ROWS", "16")
             .stdout(Stdio::null())
