@@ -84,11 +84,38 @@ pub struct KeptWork {
     /// Byte range of its line in `conversations.jsonl` (so a row that ends up not selected can
     /// be left out of it).
     pub line: (u64, u32),
-    /// Its regeneration requests (`regenerate:`), zero otherwise.
-    pub regen: crate::model::stats::RegenTally,
+    /// Its regeneration requests (`regenerate:`); `None` for none. Boxed: the outcome of every
+    /// row is held until the selection settles, and 80 bytes of zeros a row were a third of a
+    /// large build's ledger. Recorded as the tally itself (zeros for `None`).
+    #[serde(with = "tally_or_zero")]
+    pub regen: Option<Box<crate::model::stats::RegenTally>>,
     /// A pre-tokenized row's id (`format: speculator`): the rows of a source that share it
     /// are one conversation for `output.validation`'s split.
     pub group: Option<String>,
+}
+
+/// [`KeptWork::regen`] in the journal: the tally, zeros for `None` (the records of a build
+/// that kept it unboxed read the same).
+mod tally_or_zero {
+    use crate::model::stats::RegenTally;
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    pub fn serialize<S: Serializer>(
+        tally: &Option<Box<RegenTally>>,
+        s: S,
+    ) -> Result<S::Ok, S::Error> {
+        match tally {
+            Some(tally) => tally.serialize(s),
+            None => RegenTally::default().serialize(s),
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(
+        d: D,
+    ) -> Result<Option<Box<RegenTally>>, D::Error> {
+        let tally = RegenTally::deserialize(d)?;
+        Ok((!tally.is_zero()).then(|| Box::new(tally)))
+    }
 }
 
 /// Where one source stands.
@@ -827,7 +854,9 @@ fn add_kept(stats: &mut SourceStats, k: &KeptWork, original: bool) {
     stats.truncated_rows += u64::from(k.truncated_rows);
     stats.mask_boundary_merged += u64::from(k.boundary_merged_rows);
     if original {
-        stats.regenerate += &k.regen;
+        if let Some(regen) = &k.regen {
+            stats.regenerate += regen;
+        }
         stats.encoder_checked_rows += u64::from(k.encoder_checked);
         stats.renderer_checked_rows += u64::from(k.renderer_checked);
         for r in k.repairs.iter() {

@@ -1170,7 +1170,7 @@ impl Context<'_> {
                     let number = copy.copy;
                     let mut kept = self.keep(copy, out)?;
                     tokens += kept.tokens;
-                    kept.regen = done_row.regen;
+                    kept.regen = (!done_row.regen.is_zero()).then(|| Box::new(done_row.regen));
                     let work = Work::Kept(kept);
                     record_work(recorder, ledger, index, (r.file, r.row, number), work)?;
                 }

@@ -484,7 +484,9 @@ fn build(
     }
     let manifest_json = write::pretty(&write::manifest::sealed(serde_json::to_value(&manifest)?));
     write_file(&staging.join("manifest.json"), &manifest_json)?;
-    crate::report::files::write_report(&staging)?;
+    // The tokenizer's bytes are the built-in one's when the report decodes examples (it
+    // checks the tokenizer's hash first).
+    crate::report::files::write_report_with(&staging, Some(&processor.tokenizer.bytes))?;
 
     output.commit()?;
     timings.end_phase(Phase::Shards);

@@ -138,15 +138,25 @@ impl Checks {
         }
         let next = AtomicUsize::new(0);
         let differs = AtomicBool::new(false);
-        let read_chunk = |index: usize, buf: &mut Vec<u8>| -> std::io::Result<bool> {
+        // A chunk is read a MiB at a time into a streaming digest (the same value as the
+        // digest of the whole chunk): whole 64 MiB buffers on every thread were 256 MiB of the
+        // build's peak memory.
+        let read_chunk = |index: usize, buf: &mut [u8]| -> std::io::Result<bool> {
             let start = index as u64 * self.chunk;
-            let len = self.chunk.min(self.bytes - start) as usize;
-            buf.resize(len, 0);
-            file.read_exact_at(buf, start)?;
-            Ok(xxhash_rust::xxh3::xxh3_64(buf) == self.chunks[index])
+            let end = start + self.chunk.min(self.bytes - start);
+            let mut digest = xxhash_rust::xxh3::Xxh3::new();
+            let mut at = start;
+            while at < end {
+                let n = (end - at).min(buf.len() as u64) as usize;
+                let piece = &mut buf[..n];
+                file.read_exact_at(piece, at)?;
+                digest.update(piece);
+                at += piece.len() as u64;
+            }
+            Ok(digest.digest() == self.chunks[index])
         };
         let work = || -> std::io::Result<()> {
-            let mut buf = Vec::new();
+            let mut buf = vec![0u8; 1 << 20];
             loop {
                 let index = next.fetch_add(1, Ordering::Relaxed);
                 if index >= self.chunks.len() || differs.load(Ordering::Relaxed) {
@@ -178,6 +188,31 @@ impl Checks {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn checks_of_chunks_longer_than_a_read_tell_a_changed_byte_in_any_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f");
+        // Chunks of 2.5 MB read 1 MiB at a time: three reads each, the last one short.
+        let size = 2_500_000;
+        let len = 2 * size as usize + 777;
+        let bytes: Vec<u8> = (0..len).map(|i| (i * 13 % 253) as u8).collect();
+        std::fs::write(&path, &bytes).unwrap();
+        let (_, _, checks) = hash_in_chunks(&path, size, &mut || Ok(())).unwrap();
+        let ok = || Ok(());
+        assert!(checks.same(&path, 2, &ok).unwrap());
+        for at in [
+            (1 << 20) + 5,
+            2 * (1 << 20) + 1,
+            size as usize + (1 << 20),
+            len - 1,
+        ] {
+            let mut changed = bytes.clone();
+            changed[at] ^= 1;
+            std::fs::write(&path, &changed).unwrap();
+            assert!(!checks.same(&path, 2, &ok).unwrap(), "byte {at}");
+        }
+    }
 
     #[test]
     fn checks_tell_a_changed_byte_in_any_chunk_and_agree_with_the_sha256() {

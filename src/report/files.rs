@@ -105,14 +105,25 @@ const EXAMPLE_SCAN_ROWS: usize = 20_000;
 /// The first [`EXAMPLE_ROWS`] rows of each source in the shards (in shard order), decoded
 /// into spans of text with their loss mask, when the dataset was tokenized with the built-in
 /// Qwen3.6 tokenizer (the only one a report can decode without being told); else `None`.
-fn example_rows(dir: &Path, manifest: &Value) -> Option<Vec<html::ExampleRow>> {
+fn example_rows(
+    dir: &Path,
+    manifest: &Value,
+    given: Option<&crate::tokenize::TokenBytes>,
+) -> Option<Vec<html::ExampleRow>> {
     use arrow_array::cast::AsArray;
     use arrow_array::types::{Int32Type, Int8Type};
     let embedded = crate::model::digest::sha256_hex(crate::model::embedded::TOKENIZER_ZST);
     if manifest["inputs"]["tokenizer_sha256"].as_str() != Some(embedded.as_str()) {
         return None;
     }
-    let vocab = crate::tokenize::Tokenizer::embedded_token_bytes().ok()?;
+    let loaded;
+    let vocab = match given {
+        Some(vocab) => vocab,
+        None => {
+            loaded = crate::tokenize::Tokenizer::embedded_token_bytes().ok()?;
+            &loaded
+        }
+    };
     let sources: Vec<&String> = manifest["sources"].as_object()?.keys().collect();
     let mut found: Vec<html::ExampleRow> = Vec::new();
     let mut seen = 0;
@@ -175,10 +186,19 @@ fn example_rows(dir: &Path, manifest: &Value) -> Option<Vec<html::ExampleRow>> {
 
 /// Writes `dir/report.html`; returns its path.
 pub fn write_report(dir: &Path) -> Result<PathBuf> {
+    write_report_with(dir, None)
+}
+
+/// [`write_report`], given the built-in tokenizer's token bytes when the caller has them (a
+/// build that used it: loading them again was ~0.15 s at the end of every build).
+pub fn write_report_with(
+    dir: &Path,
+    vocab: Option<&crate::tokenize::TokenBytes>,
+) -> Result<PathBuf> {
     let (manifest, stats) = load(dir)?;
     let rejects = Examples::read(&dir.join("rejects.jsonl"));
     let filtered = Examples::read(&dir.join("filtered.jsonl"));
-    let examples = example_rows(dir, &manifest);
+    let examples = example_rows(dir, &manifest, vocab);
     let page = html::render(
         &manifest,
         stats.as_ref(),

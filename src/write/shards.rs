@@ -27,11 +27,14 @@ use std::sync::{Arc, Mutex};
 /// about 9 MB), few enough that the windows and their encoded batches (about 1.7 times their
 /// bytes) stay well inside the memory budget.
 const WINDOW_BYTES_PER_THREAD: u64 = 8 << 20;
-const MAX_WINDOW_BYTES: u64 = 128 << 20;
+/// Measured on a 16-core host (100K rows, BENCHMARKS.md): with half of these (64 MiB, 8
+/// batches) instead of 128 MiB and 16, peak RSS 833–875 MiB instead of 1,089–1,147 MiB, and
+/// the same wall time within its noise.
+const MAX_WINDOW_BYTES: u64 = 64 << 20;
 
 /// Encoded batches (of a few MB each) between the encoders and the writers, in all, so that a
 /// writer has work while its next window is read.
-const CHUNKS_IN_FLIGHT: usize = 16;
+const CHUNKS_IN_FLIGHT: usize = 8;
 
 /// Encoded bytes of a shard for its writer.
 struct ShardChunk {

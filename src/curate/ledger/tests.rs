@@ -467,3 +467,36 @@ fn candidates_out_of_position_order_lose_their_work() {
         .count();
     assert!(recorded < 3, "every row found although out of order");
 }
+
+#[test]
+fn a_kept_rows_regeneration_tally_is_recorded_as_before_and_boxed_only_when_not_zero() {
+    use crate::model::stats::RegenTally;
+    let tally = RegenTally {
+        conversations: 1,
+        requested: 3,
+        succeeded: 3,
+        generated_tokens: 700,
+        ..RegenTally::default()
+    };
+    let with = |regen| KeptWork {
+        rows: 1,
+        tokens: 9,
+        regen,
+        ..KeptWork::default()
+    };
+    let none = postcard::to_stdvec(&with(None)).unwrap();
+    let zero = postcard::to_stdvec(&with(Some(Box::new(RegenTally::default())))).unwrap();
+    assert_eq!(none, zero, "a zero tally and no tally are the same record");
+    let read: KeptWork = postcard::from_bytes(&none).unwrap();
+    assert!(read.regen.is_none());
+    let some = postcard::to_stdvec(&with(Some(Box::new(tally)))).unwrap();
+    let read: KeptWork = postcard::from_bytes(&some).unwrap();
+    assert_eq!(read.regen.as_deref(), Some(&tally));
+    // The tally's ten counters follow the fields before it, as an unboxed field wrote them.
+    assert_eq!(
+        some.len() - none.len(),
+        postcard::to_stdvec(&tally).unwrap().len() - 10
+    );
+    // Every kept row's outcome is held until the selection settles (was 176 bytes unboxed).
+    assert!(std::mem::size_of::<Work>() <= 104);
+}
