@@ -189,51 +189,68 @@ impl Checks {
 mod tests {
     use super::*;
 
-    #[test]
-    fn checks_of_chunks_longer_than_a_read_tell_a_changed_byte_in_any_read() {
+    /// A file of `len` bytes (a pattern) in a temporary folder, and its hashes in chunks of
+    /// `size` bytes.
+    fn file_with_checks(
+        size: u64,
+        len: usize,
+    ) -> (
+        tempfile::TempDir,
+        std::path::PathBuf,
+        Vec<u8>,
+        (u64, String, Checks),
+    ) {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("f");
+        let bytes: Vec<u8> = (0..len).map(|i| (i * 7 % 251) as u8).collect();
+        std::fs::write(&path, &bytes).unwrap();
+        let hashed = hash_in_chunks(&path, size, &mut || Ok(())).unwrap();
+        (dir, path, bytes, hashed)
+    }
+
+    /// `checks` holds for the file as it is, and not once any one byte of `flips` changes.
+    fn assert_each_flip_is_told(
+        path: &std::path::Path,
+        bytes: &[u8],
+        checks: &Checks,
+        flips: &[usize],
+    ) {
+        let ok = || Ok(());
+        assert!(checks.same(path, 4, &ok).unwrap());
+        for &at in flips {
+            let mut changed = bytes.to_vec();
+            changed[at] ^= 1;
+            std::fs::write(path, &changed).unwrap();
+            assert!(!checks.same(path, 4, &ok).unwrap(), "byte {at}");
+        }
+        std::fs::write(path, bytes).unwrap();
+    }
+
+    #[test]
+    fn checks_of_chunks_longer_than_a_read_tell_a_changed_byte_in_any_read() {
         // Chunks of 2.5 MB read 1 MiB at a time: three reads each, the last one short.
         let size = 2_500_000;
         let len = 2 * size as usize + 777;
-        let bytes: Vec<u8> = (0..len).map(|i| (i * 13 % 253) as u8).collect();
-        std::fs::write(&path, &bytes).unwrap();
-        let (_, _, checks) = hash_in_chunks(&path, size, &mut || Ok(())).unwrap();
-        let ok = || Ok(());
-        assert!(checks.same(&path, 2, &ok).unwrap());
-        for at in [
+        let (_dir, path, bytes, (_, _, checks)) = file_with_checks(size, len);
+        let flips = [
             (1 << 20) + 5,
             2 * (1 << 20) + 1,
             size as usize + (1 << 20),
             len - 1,
-        ] {
-            let mut changed = bytes.clone();
-            changed[at] ^= 1;
-            std::fs::write(&path, &changed).unwrap();
-            assert!(!checks.same(&path, 2, &ok).unwrap(), "byte {at}");
-        }
+        ];
+        assert_each_flip_is_told(&path, &bytes, &checks, &flips);
     }
 
     #[test]
     fn checks_tell_a_changed_byte_in_any_chunk_and_agree_with_the_sha256() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("f");
         // Two whole chunks and a partial one, and reads (1 MiB) that cross chunk boundaries.
         let size = 1_000_000;
         let len = 2 * size as usize + 12_345;
-        let bytes: Vec<u8> = (0..len).map(|i| (i * 7 % 251) as u8).collect();
-        std::fs::write(&path, &bytes).unwrap();
-        let (n, sha, checks) = hash_in_chunks(&path, size, &mut || Ok(())).unwrap();
+        let (_dir, path, bytes, (n, sha, checks)) = file_with_checks(size, len);
         assert_eq!((n, sha.as_str()), (len as u64, sha256_hex(&bytes).as_str()));
         assert_eq!(checks.chunks.len(), 3);
+        assert_each_flip_is_told(&path, &bytes, &checks, &[0, size as usize + 1, len - 1]);
         let ok = || Ok(());
-        assert!(checks.same(&path, 4, &ok).unwrap());
-        for at in [0, size as usize + 1, len - 1] {
-            let mut changed = bytes.clone();
-            changed[at] ^= 1;
-            std::fs::write(&path, &changed).unwrap();
-            assert!(!checks.same(&path, 4, &ok).unwrap(), "byte {at}");
-        }
         std::fs::write(&path, &bytes[..len - 1]).unwrap();
         assert!(!checks.same(&path, 2, &ok).unwrap());
         let mut longer = bytes.clone();
