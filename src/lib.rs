@@ -264,19 +264,30 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
 /// that libmimalloc-sys builds; the crate does not name it). A test pins that version.
 const MI_OPTION_PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
 
-/// Tells the allocator to keep freed memory instead of returning it to the OS. A build frees
-/// every batch's rows on one thread while the workers allocate the next ones; returned pages
-/// came back as page faults, about 0.6 s of system time per 100,000 rows, while what is kept is
-/// bounded by the rows in flight. Call before the work starts (`main`, benchmarks).
+/// Tells the allocator to return freed memory to the OS only after it has stayed unused for
+/// [`PURGE_DELAY_MS`] (mimalloc's default is 10 ms). A build frees every batch's rows on one
+/// thread while the workers allocate the next ones: pages returned that soon came back as page
+/// faults, about 0.6 s of system time per 100,000 rows. Kept for a second, they are reused
+/// first, while what the rows phase leaves behind goes back during the shard phase (measured on
+/// a 16-core host at 913K rows, against never returning it: peak RSS 1,445 → 1,250–1,318 MiB
+/// plain and 1,242 → 960 MiB curated, the same system time; BENCHMARKS.md). Call before the
+/// work starts (`main`, benchmarks). An explicit `MIMALLOC_PURGE_DELAY` (milliseconds, -1 never; mimalloc reads it
+/// itself) wins.
 pub fn tune_allocator() {
+    if std::env::var_os("MIMALLOC_PURGE_DELAY").is_some() {
+        return;
+    }
     // SAFETY: sets a process-wide integer option; mimalloc reads it when it next purges.
-    unsafe { libmimalloc_sys::mi_option_set(MI_OPTION_PURGE_DELAY, -1) }
+    unsafe { libmimalloc_sys::mi_option_set(MI_OPTION_PURGE_DELAY, PURGE_DELAY_MS) }
 }
+
+/// How long freed memory stays with the process before it goes back to the OS.
+const PURGE_DELAY_MS: std::ffi::c_long = 1000;
 
 /// Hands what every thread's heap holds free back to the allocator's shared arenas, where
 /// any thread can take it: between the rows phase and the shard phase, whose threads would
-/// otherwise grow the process beside what the rows phase's threads keep freed (purging is off,
-/// see [`tune_allocator`], so freed memory stays with the heap it was freed to).
+/// otherwise grow the process beside what the rows phase's threads keep freed (until it is
+/// purged, see [`tune_allocator`], freed memory stays with the heap it was freed to).
 /// `CHATSHARDS_KEEP_HEAPS=1` skips it (to measure it).
 pub fn release_freed(pool: &rayon::ThreadPool) {
     if std::env::var_os("CHATSHARDS_KEEP_HEAPS").is_some_and(|v| v == "1") {
@@ -298,6 +309,6 @@ mod allocator_tests {
         assert_eq!(version, 30302);
         super::tune_allocator();
         let delay = unsafe { libmimalloc_sys::mi_option_get(super::MI_OPTION_PURGE_DELAY) };
-        assert_eq!(delay, -1);
+        assert_eq!(delay, 1000);
     }
 }

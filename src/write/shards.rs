@@ -36,6 +36,22 @@ const MAX_WINDOW_BYTES: u64 = 64 << 20;
 /// writer has work while its next window is read.
 const CHUNKS_IN_FLIGHT: usize = 8;
 
+/// Shards written at the same time, at most: each holds its window of buckets and its encoded
+/// batches (about 45 MB at 913K rows), so memory grows with the writers. Measured on a 16-core
+/// host, 913K rows (10 shards), with [`crate::tune_allocator`]'s purge delay: 4 writers peak
+/// at 828–870 MiB, 6 at 1,055–1,087 MiB, 10 at 1,250–1,318 MiB; the shard phase 3.0 s with 4
+/// against 2.3–2.6 s with 10, the build's wall time within its noise (BENCHMARKS.md).
+const MAX_WRITERS: usize = 4;
+
+/// [`MAX_WRITERS`], or `CHATSHARDS_SHARD_WRITERS` (at least 1) to measure the memory / speed
+/// trade-off.
+fn max_writers() -> usize {
+    std::env::var("CHATSHARDS_SHARD_WRITERS")
+        .ok()
+        .and_then(|v| v.trim().parse::<usize>().ok())
+        .map_or(MAX_WRITERS, |n| n.max(1))
+}
+
 /// Encoded bytes of a shard for its writer.
 struct ShardChunk {
     bytes: Result<Vec<u8>, WriteError>,
@@ -204,7 +220,7 @@ fn write_windowed(
     let locals: Vec<Mutex<DatasetStats>> = (0..threads)
         .map(|_| Mutex::new(stats.empty_like()))
         .collect();
-    let writers = jobs.len().min(threads).max(1);
+    let writers = jobs.len().min(threads).min(max_writers()).max(1);
     let failed = AtomicBool::new(false);
     let shared = Shared {
         dir,
@@ -587,7 +603,7 @@ mod tests {
     #[test]
     fn shards_are_the_same_bytes_at_any_thread_count_and_window() {
         // Rows spread over all 256 buckets; some conversations left out; shards and batches
-        // that end inside buckets and windows.
+        // that end inside buckets and windows; more shards than writers (`MAX_WRITERS`).
         let write = |threads: usize, window_bytes: u64| {
             let dir = tempfile::tempdir().expect("tempdir");
             let mut spill = Spill::new(&dir.path().join(".spill"), true).expect("spill");
@@ -606,7 +622,7 @@ mod tests {
             let excluded = (0..1300).step_by(7).map(|c| format!("s:0:{c}")).collect();
             let layout = ShardLayout {
                 total_rows: 2600 - 2 * 186,
-                rows_per_shard: 700,
+                rows_per_shard: 300,
                 mask_dtype: Default::default(),
                 excluded: &excluded,
                 validation: None,
@@ -638,9 +654,10 @@ mod tests {
             (shards, stats, freq)
         };
         let one = write(1, u64::MAX);
-        assert_eq!(one.0.len(), 4);
+        assert_eq!(one.0.len(), 8);
+        assert!(one.0.len() > MAX_WRITERS);
         assert_eq!(one.0.iter().map(|s| s.rows).sum::<u64>(), 2600 - 2 * 186);
-        for (threads, window) in [(3, 1), (4, 2000), (2, 1 << 20)] {
+        for (threads, window) in [(3, 1), (4, 2000), (2, 1 << 20), (8, 3000)] {
             assert_eq!(
                 write(threads, window),
                 one,
