@@ -33,8 +33,19 @@ const WINDOW_BYTES_PER_THREAD: u64 = 8 << 20;
 const MAX_WINDOW_BYTES: u64 = 64 << 20;
 
 /// Encoded batches (of a few MB each) between the encoders and the writers, in all, so that a
-/// writer has work while its next window is read.
+/// writer has work while its next window is read. More is faster and larger: measured on a
+/// 16-core host, 913K rows, 4 writers: 8 batches peak at 837–854 MiB with a 2.7–2.8 s shard
+/// phase, 16 at 1,071–1,097 MiB and 2.4–2.6 s, 24 at 1,145–1,173 MiB and 2.2 s (BENCHMARKS.md).
 const CHUNKS_IN_FLIGHT: usize = 8;
+
+/// [`CHUNKS_IN_FLIGHT`], or `CHATSHARDS_SHARD_BATCHES` (at least 1) to measure the memory /
+/// speed trade-off.
+fn chunks_in_flight() -> usize {
+    std::env::var("CHATSHARDS_SHARD_BATCHES")
+        .ok()
+        .and_then(|v| v.trim().parse::<usize>().ok())
+        .map_or(CHUNKS_IN_FLIGHT, |n| n.max(1))
+}
 
 /// Shards written at the same time, at most: each holds its window of buckets and its encoded
 /// batches (about 45 MB at 913K rows), so memory grows with the writers. Measured on a 16-core
@@ -231,7 +242,7 @@ fn write_windowed(
         locals: &locals,
         written,
         window_bytes: (window_bytes / writers as u64).max(1),
-        chunks_in_flight: (CHUNKS_IN_FLIGHT / writers).max(2),
+        chunks_in_flight: (chunks_in_flight() / writers).max(2),
         failed: &failed,
     };
     let name = |shard: usize| shard_file(&passes, shard);
