@@ -271,8 +271,8 @@ const MI_OPTION_PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
 /// first, while what the rows phase leaves behind goes back during the shard phase (measured on
 /// a 16-core host at 913K rows, against never returning it: peak RSS 1,445 → 1,250–1,318 MiB
 /// plain and 1,242 → 960 MiB curated, the same system time; BENCHMARKS.md). Call before the
-/// work starts (`main`, benchmarks). An explicit `MIMALLOC_PURGE_DELAY` (milliseconds, -1 never; mimalloc reads it
-/// itself) wins.
+/// work starts (`main`, benchmarks). An explicit `MIMALLOC_PURGE_DELAY` (milliseconds, -1:
+/// never; mimalloc reads it itself) wins.
 pub fn tune_allocator() {
     if std::env::var_os("MIMALLOC_PURGE_DELAY").is_some() {
         return;

@@ -1,9 +1,9 @@
 //! The shard phase: spilled rows, bucket by bucket in key order, into the Arrow shards, with
 //! the row statistics gathered on the way.
 //!
-//! Shards are written at the same time, each by a thread of its own: one read of the spill
-//! first counts the kept rows of every bucket, which tells where each shard's rows begin
-//! (bucket and row in it). A shard's writer then reads its buckets a window at a time, builds
+//! Shards are written at the same time (up to [`MAX_WRITERS`]), each by a thread of its own:
+//! one read of the spill first counts the kept rows of every bucket, which tells where each
+//! shard's rows begin (bucket and row in it). A shard's writer then reads its buckets a window at a time, builds
 //! and encodes its record batches in parallel on the build's pool and appends them in order
 //! (a thread of its own hashes them). A shard's file is a SHA-256 stream, so it is written by
 //! one thread; the shards are many (a 913K-row build has 10). Which rows go in which batch and
@@ -38,15 +38,6 @@ const MAX_WINDOW_BYTES: u64 = 64 << 20;
 /// phase, 16 at 1,071–1,097 MiB and 2.4–2.6 s, 24 at 1,145–1,173 MiB and 2.2 s (BENCHMARKS.md).
 const CHUNKS_IN_FLIGHT: usize = 8;
 
-/// [`CHUNKS_IN_FLIGHT`], or `CHATSHARDS_SHARD_BATCHES` (at least 1) to measure the memory /
-/// speed trade-off.
-fn chunks_in_flight() -> usize {
-    std::env::var("CHATSHARDS_SHARD_BATCHES")
-        .ok()
-        .and_then(|v| v.trim().parse::<usize>().ok())
-        .map_or(CHUNKS_IN_FLIGHT, |n| n.max(1))
-}
-
 /// Shards written at the same time, at most: each holds its window of buckets and its encoded
 /// batches (about 45 MB at 913K rows), so memory grows with the writers. Measured on a 16-core
 /// host, 913K rows (10 shards), with [`crate::tune_allocator`]'s purge delay: 4 writers peak
@@ -54,13 +45,14 @@ fn chunks_in_flight() -> usize {
 /// against 2.3–2.6 s with 10, the build's wall time within its noise (BENCHMARKS.md).
 const MAX_WRITERS: usize = 4;
 
-/// [`MAX_WRITERS`], or `CHATSHARDS_SHARD_WRITERS` (at least 1) to measure the memory / speed
-/// trade-off.
-fn max_writers() -> usize {
-    std::env::var("CHATSHARDS_SHARD_WRITERS")
+/// `default`, or the environment's `name` (at least 1): `CHATSHARDS_SHARD_WRITERS` and
+/// `CHATSHARDS_SHARD_BATCHES` set [`MAX_WRITERS`] and [`CHUNKS_IN_FLIGHT`], to measure the
+/// memory / speed trade-off.
+fn setting(name: &str, default: usize) -> usize {
+    std::env::var(name)
         .ok()
         .and_then(|v| v.trim().parse::<usize>().ok())
-        .map_or(MAX_WRITERS, |n| n.max(1))
+        .map_or(default, |n| n.max(1))
 }
 
 /// Encoded bytes of a shard for its writer.
@@ -231,7 +223,11 @@ fn write_windowed(
     let locals: Vec<Mutex<DatasetStats>> = (0..threads)
         .map(|_| Mutex::new(stats.empty_like()))
         .collect();
-    let writers = jobs.len().min(threads).min(max_writers()).max(1);
+    let writers = jobs
+        .len()
+        .min(threads)
+        .min(setting("CHATSHARDS_SHARD_WRITERS", MAX_WRITERS))
+        .max(1);
     let failed = AtomicBool::new(false);
     let shared = Shared {
         dir,
@@ -242,7 +238,7 @@ fn write_windowed(
         locals: &locals,
         written,
         window_bytes: (window_bytes / writers as u64).max(1),
-        chunks_in_flight: (chunks_in_flight() / writers).max(2),
+        chunks_in_flight: (setting("CHATSHARDS_SHARD_BATCHES", CHUNKS_IN_FLIGHT) / writers).max(2),
         failed: &failed,
     };
     let name = |shard: usize| shard_file(&passes, shard);
