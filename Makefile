@@ -98,14 +98,14 @@ bench-kit:
 	rm -rf $(KIT) && mkdir -p $(KIT)
 	cp $${CARGO_TARGET_DIR:-target}/release/chatshards $(KIT)/chatshards
 	strip $(KIT)/chatshards
-	cp tests/bench/sweep.py tests/bench/gen_synthetic.py tests/bench/py_reference.py \
+	cp tests/bench/sweep.py tests/bench/ab.py tests/bench/gen_synthetic.py tests/bench/py_reference.py \
 	   tests/bench/requirements.txt tests/bench/README.md templates/qwen3.6/tokenizer.json.zst \
 	   templates/qwen3.6/chat_template.jinja tests/fixtures/benchmarks/HumanEval.jsonl $(KIT)/
 	if [ "$(KIT_WHEELS)" = 1 ]; then $(PYTHON) -m pip download --quiet --dest $(KIT)/wheels \
 	   --only-binary=:all: --python-version $(KIT_PYTHON_VERSION) \
 	   --platform manylinux2014_x86_64 --platform manylinux_2_17_x86_64 \
 	   --platform manylinux_2_28_x86_64 -r tests/bench/requirements.txt; fi
-	@echo "kit in $(KIT)/: copy it to the host, then: python3 sweep.py --help"
+	@echo "kit in $(KIT)/: copy it to the host, then: python3 sweep.py --help (an A/B of variants: python3 ab.py)"
 
 ## speculators' own code (needs torch: a large download, so not part of `make test`): stats and
 ## token_freq.pt recomputed, and the draft vocabulary goldens regenerated and compared.

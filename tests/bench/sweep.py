@@ -45,7 +45,8 @@ def find(name, *candidates):
 
 
 def timed(cmd, env=None, cwd=None):
-    """Runs cmd; returns (wall s, CPU s of the child, peak RSS MiB of the child, output)."""
+    """Runs cmd; returns (wall s, CPU s of the child, peak RSS MiB of the child, output); the
+    child's system CPU seconds are left in LAST_SYSTEM_S."""
     start = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env,
                             cwd=cwd)
@@ -54,7 +55,11 @@ def timed(cmd, env=None, cwd=None):
     wall = time.perf_counter() - start
     if os.waitstatus_to_exitcode(status) != 0:
         sys.exit(f"sweep.py: `{' '.join(map(str, cmd))}` failed:\n{out[-3000:]}")
+    LAST_SYSTEM_S[0] = usage.ru_stime
     return wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024, out
+
+
+LAST_SYSTEM_S = [0.0]
 
 
 def phases(out):
@@ -63,6 +68,14 @@ def phases(out):
     if not m:
         return {}
     return {k: float(v) for k, v in re.findall(r"([\w-]+) ([\d.]+) s", m.group(1))}
+
+
+def phase_rss(out):
+    """`--timings`' peak RSS at the end of each phase: {"start-up": MiB, "rows": MiB, ...}."""
+    m = re.search(r"^peak memory \(RSS\) at the end of each phase: (.*)$", out, re.M)
+    if not m:
+        return {}
+    return {k: int(v) for k, v in re.findall(r"([\w-]+) (\d+) MiB", m.group(1))}
 
 
 def curation(humaneval):
@@ -113,10 +126,12 @@ def build(binary, pipe, out, threads, extra=()):
     manifest, files = output_hashes(out)
     return {
         "threads": threads, "wall_s": round(wall, 3), "cpu_s": round(cpu, 3),
+        "system_s": round(LAST_SYSTEM_S[0], 3),
         "cores_busy": round(cpu / wall, 2), "rows": manifest["rows"],
         "tokens": manifest["tokens"], "rows_per_s": round(manifest["rows"] / wall),
         "m_tokens_per_s": round(manifest["tokens"] / wall / 1e6, 2),
-        "phases_s": phases(log), "peak_rss_mib": round(rss), "dataset_sha256":
+        "phases_s": phases(log), "phase_rss_mib": phase_rss(log),
+        "peak_rss_mib": round(rss), "dataset_sha256":
         manifest["dataset_sha256"], "files": files,
     }
 

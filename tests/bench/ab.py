@@ -1,0 +1,81 @@
+#!/usr/bin/env python3
+"""Like-for-like A/B of `chatshards build`: variants (binaries and environment switches) built
+in alternating rounds on the same synthetic rows, from the same kit folder as sweep.py.
+
+Usage: ab.py WORKDIR ROWS THREADS ROUNDS NAME:BINARY:plain|curated[:VAR=VALUE,...] ...
+
+BINARY is relative to this script's folder (or absolute). Each build is `build --timings
+--fresh --threads THREADS`; each prints its wall and CPU seconds, cores busy, system CPU,
+peak RSS (the child's ru_maxrss), the build's phases and RSS at the end of each (`--timings`)
+and the start of its `dataset_sha256`, which must be the same for every variant of a kind
+(the script fails otherwise). With $OUT set, the results also go to
+$OUT/ab-ROWS-THREADS.json. Example, 913K rows, two rounds, the default against a switch:
+
+    python3 ab.py /scratch/ab 913000 16 2 now:chatshards:plain \\
+        batches16:chatshards:plain:CHATSHARDS_SHARD_BATCHES=16
+"""
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+import sweep  # noqa: E402  (beside this script in the kit)
+
+
+def main():
+    if len(sys.argv) < 6:
+        sys.exit(__doc__)
+    work, rows, threads, rounds = (Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]),
+                                   int(sys.argv[4]))
+    work.mkdir(parents=True, exist_ok=True)
+    data = work / f"synthetic-{rows}.jsonl"
+    if not data.exists():
+        start = time.time()
+        subprocess.run([sys.executable, str(HERE / "gen_synthetic.py"), str(rows), str(data)],
+                       check=True)
+        print(f"generated {rows} rows in {time.time() - start:.1f} s", flush=True)
+    kit = {
+        "tokenizer": sweep.find("tokenizer.json.zst", "tokenizer.json.zst", "tokenizer.json"),
+        "template": sweep.find("chat_template.jinja", "chat_template.jinja"),
+        "humaneval": sweep.find("HumanEval.jsonl", "HumanEval.jsonl"),
+    }
+    variants = []
+    for spec in sys.argv[5:]:
+        name, binary, kind, *switches = spec.split(":")
+        if kind not in ("plain", "curated"):
+            sys.exit(f"ab.py: `{spec}`: the kind is plain or curated, not `{kind}`")
+        env = dict(e.split("=", 1) for e in (switches[0].split(",") if switches else []))
+        pipe, out = sweep.pipeline(work, name, data, kit, kind == "curated")
+        variants.append((name, kind, str((HERE / binary).resolve()), pipe, out, env))
+    base = dict(os.environ)
+    results = []
+    for _ in range(rounds):
+        for name, kind, binary, pipe, out, env in variants:
+            os.environ.clear()
+            os.environ.update(base)
+            os.environ.update(env)
+            r = sweep.build(binary, pipe, out, threads)
+            r["name"], r["kind"], r["env"] = name, kind, env
+            results.append(r)
+            print(f"{name:14} wall {r['wall_s']:7.2f} s  cpu {r['cpu_s']:7.1f} s  busy "
+                  f"{r['cores_busy']:5.2f}  system {r['system_s']:6.2f} s  rss "
+                  f"{r['peak_rss_mib']:6} MiB  phases {r['phases_s']}  rss by phase "
+                  f"{r['phase_rss_mib']}  sha {r['dataset_sha256'][:12]}", flush=True)
+            shutil.rmtree(out, ignore_errors=True)
+    os.environ.clear()
+    os.environ.update(base)
+    if os.environ.get("OUT"):
+        Path(os.environ["OUT"], f"ab-{rows}-{threads}.json").write_text(
+            json.dumps(results, indent=1))
+    for kind in ("plain", "curated"):
+        if len({r["dataset_sha256"] for r in results if r["kind"] == kind}) > 1:
+            sys.exit(f"ab.py: the {kind} builds wrote different datasets")
+
+
+if __name__ == "__main__":
+    main()
