@@ -2,13 +2,13 @@
 //! buffering layers (an untagged enum of a `type`-tagged struct with a flattened
 //! `serde_json::Value`) before building it: for a 250K-vocabulary BPE that is most of a second
 //! of start-up. Even `BPE`'s own `Deserialize` buffers its merges (500K for Qwen) through an
-//! untagged enum. Here the BPE model's fields are read directly and handed to its builder as
-//! its `Deserialize` does, and the tokenizer assembled exactly as the crate's
-//! `TokenizerVisitor` does (builder, then the added tokens). Anything else (another model type, an error) goes to `from_bytes`, so its results
-//! and messages are unchanged; a test checks that both loads serialize identically.
+//! untagged enum. Here the file is read in one pass, the BPE model's fields directly, and they
+//! are handed to its builder as its `Deserialize` does; the tokenizer is assembled exactly as
+//! the crate's `TokenizerVisitor` does (builder, then the added tokens). Anything else (another
+//! model type, an error) goes to `from_bytes`, so its results and messages are unchanged; a
+//! test checks that both loads serialize identically.
 
 use serde::Deserialize;
-use serde_json::value::RawValue;
 use tokenizers::decoders::DecoderWrapper;
 use tokenizers::models::bpe::{BpeBuilder, Vocab, BPE};
 use tokenizers::models::ModelWrapper;
@@ -17,9 +17,10 @@ use tokenizers::pre_tokenizers::PreTokenizerWrapper;
 use tokenizers::processors::PostProcessorWrapper;
 use tokenizers::{AddedToken, PaddingParams, Tokenizer, TokenizerBuilder, TruncationParams};
 
-/// The top level of `tokenizer.json`, with the model left unparsed.
+/// The top level of `tokenizer.json` with a BPE model's fields, read in one pass (a file whose
+/// model is not of that shape fails here and goes to `from_bytes`).
 #[derive(Deserialize)]
-struct Parts<'a> {
+struct Parts {
     version: String,
     truncation: Option<TruncationParams>,
     padding: Option<PaddingParams>,
@@ -27,8 +28,7 @@ struct Parts<'a> {
     added_tokens: Vec<AddedTokenWithId>,
     normalizer: Option<NormalizerWrapper>,
     pre_tokenizer: Option<PreTokenizerWrapper>,
-    #[serde(borrow)]
-    model: &'a RawValue,
+    model: BpeJson,
     decoder: Option<DecoderWrapper>,
     post_processor: Option<PostProcessorWrapper>,
 }
@@ -94,14 +94,10 @@ pub fn load(json: &[u8]) -> tokenizers::Result<Tokenizer> {
 /// The direct load of a BPE tokenizer; `None` for anything `from_bytes` should handle.
 fn direct(json: &[u8]) -> Option<Tokenizer> {
     let parts: Parts = serde_json::from_slice(json).ok()?;
-    if parts.version != "1.0" {
+    if parts.version != "1.0" || parts.model.kind.as_deref() != Some("BPE") {
         return None;
     }
-    let model: BpeJson = serde_json::from_str(parts.model.get()).ok()?;
-    if model.kind.as_deref() != Some("BPE") {
-        return None;
-    }
-    let bpe = model.build()?;
+    let bpe = parts.model.build()?;
     let built = TokenizerBuilder::new()
         .with_truncation(parts.truncation)
         .with_padding(parts.padding)
