@@ -234,6 +234,26 @@ fn a_rerun_part_writes_the_same_bytes_and_a_merge_refuses_bad_parts() {
         "the pipeline's settings",
     ]);
     std::fs::write(&p, yaml).expect("restore");
+    // Stale: an input rewritten after the parts were built, with the same size (a part keeps
+    // sizes and times, so the merge compares those without hashing the inputs first).
+    let input = dir.path().join("b.jsonl");
+    let held = std::fs::read(&input).expect("b.jsonl");
+    let mut edited = held.clone();
+    edited[2] = if held[2] == b'x' { b'y' } else { b'x' };
+    let built = std::fs::metadata(&input)
+        .and_then(|m| m.modified())
+        .expect("mtime");
+    let rewrite = |bytes: &[u8], at: std::time::SystemTime| {
+        std::fs::write(&input, bytes).expect("rewrite");
+        std::fs::File::options()
+            .write(true)
+            .open(&input)
+            .and_then(|f| f.set_modified(at))
+            .expect("touch");
+    };
+    rewrite(&edited, built + std::time::Duration::from_secs(5));
+    refused(&["input `b.jsonl` (modified since)"]);
+    rewrite(&held, built);
     // Damaged: one flipped bit in the last byte of part 1's first row record (frame 1, after
     // the header frame: each frame is a 4-byte length, an 8-byte checksum, the record).
     let good = std::fs::read(file(1)).expect("part 1");
