@@ -2,14 +2,16 @@
 """Like-for-like A/B of `chatshards build`: variants (binaries and environment switches) built
 in alternating rounds on the same synthetic rows, from the same kit folder as sweep.py.
 
-Usage: ab.py WORKDIR ROWS THREADS ROUNDS NAME:BINARY:plain|curated[:VAR=VALUE,...] ...
+Usage: ab.py WORKDIR ROWS THREADS ROUNDS NAME:BINARY:plain|curated|merge[:VAR=VALUE,...] ...
 
 BINARY is relative to this script's folder (or absolute). Each build is `build --timings
 --fresh --threads THREADS`; each prints its wall and CPU seconds, cores busy, system CPU,
 peak RSS (the child's ru_maxrss), the build's phases and RSS at the end of each (`--timings`)
 and the start of its `dataset_sha256`, which must be the same for every variant of a kind
-(the script fails otherwise). With $OUT set, the results also go to
-$OUT/ab-ROWS-THREADS.json. Example, 913K rows, two rounds, the default against a switch:
+(the script fails otherwise). The kind `merge` is the plain build as 4 parts of THREADS/4
+threads each, in parallel, then `merge` at THREADS: it prints the merge's figures and the
+parts' wall. With $OUT set, the results also go to $OUT/ab-ROWS-THREADS.json. Example, 913K
+rows, two rounds, the default against a switch:
 
     python3 ab.py /scratch/ab 913000 16 2 now:chatshards:plain \\
         batches16:chatshards:plain:CHATSHARDS_SHARD_BATCHES=16
@@ -47,8 +49,8 @@ def main():
     variants = []
     for spec in sys.argv[5:]:
         name, binary, kind, *switches = spec.split(":")
-        if kind not in ("plain", "curated"):
-            sys.exit(f"ab.py: `{spec}`: the kind is plain or curated, not `{kind}`")
+        if kind not in ("plain", "curated", "merge"):
+            sys.exit(f"ab.py: `{spec}`: the kind is plain, curated or merge, not `{kind}`")
         env = dict(e.split("=", 1) for e in (switches[0].split(",") if switches else []))
         pipe, out = sweep.pipeline(work, name, data, kit, kind == "curated")
         variants.append((name, kind, str((HERE / binary).resolve()), pipe, out, env))
@@ -59,22 +61,33 @@ def main():
             os.environ.clear()
             os.environ.update(base)
             os.environ.update(env)
-            r = sweep.build(binary, pipe, out, threads)
-            r["name"], r["kind"], r["env"] = name, kind, env
-            results.append(r)
-            print(f"{name:14} wall {r['wall_s']:7.2f} s  cpu {r['cpu_s']:7.1f} s  busy "
-                  f"{r['cores_busy']:5.2f}  system {r['system_s']:6.2f} s  rss "
-                  f"{r['peak_rss_mib']:6} MiB  phases {r['phases_s']}  rss by phase "
-                  f"{r['phase_rss_mib']}  sha {r['dataset_sha256'][:12]}", flush=True)
+            if kind == "merge":
+                r = sweep.parts_and_merge(binary, pipe, out, 4, threads)
+                r["name"], r["kind"], r["env"] = name, kind, env
+                results.append(r)
+                print(f"{name:14} parts {r['parts_wall_s']:6.2f} s  merge wall "
+                      f"{r['merge_wall_s']:7.2f} s  busy {r['merge_cores_busy']:5.2f}  rss "
+                      f"{r['merge_peak_rss_mib']:6} MiB  phases {r['merge_phases_s']}  sha "
+                      f"{r['dataset_sha256'][:12]}", flush=True)
+                shutil.rmtree(out.with_name(out.name + ".parts"), ignore_errors=True)
+            else:
+                r = sweep.build(binary, pipe, out, threads)
+                r["name"], r["kind"], r["env"] = name, kind, env
+                results.append(r)
+                print(f"{name:14} wall {r['wall_s']:7.2f} s  cpu {r['cpu_s']:7.1f} s  busy "
+                      f"{r['cores_busy']:5.2f}  system {r['system_s']:6.2f} s  rss "
+                      f"{r['peak_rss_mib']:6} MiB  phases {r['phases_s']}  rss by phase "
+                      f"{r['phase_rss_mib']}  sha {r['dataset_sha256'][:12]}", flush=True)
             shutil.rmtree(out, ignore_errors=True)
     os.environ.clear()
     os.environ.update(base)
     if os.environ.get("OUT"):
         Path(os.environ["OUT"], f"ab-{rows}-{threads}.json").write_text(
             json.dumps(results, indent=1))
-    for kind in ("plain", "curated"):
-        if len({r["dataset_sha256"] for r in results if r["kind"] == kind}) > 1:
-            sys.exit(f"ab.py: the {kind} builds wrote different datasets")
+    # A merge of parts writes the plain build's dataset.
+    for kinds in (("plain", "merge"), ("curated",)):
+        if len({r["dataset_sha256"] for r in results if r["kind"] in kinds}) > 1:
+            sys.exit(f"ab.py: the {' and '.join(kinds)} builds wrote different datasets")
 
 
 if __name__ == "__main__":
