@@ -63,21 +63,19 @@ def main():
             os.environ.update(env)
             if kind == "merge":
                 r = sweep.parts_and_merge(binary, pipe, out, 4, threads)
-                r["name"], r["kind"], r["env"] = name, kind, env
-                results.append(r)
-                print(f"{name:14} parts {r['parts_wall_s']:6.2f} s  merge wall "
-                      f"{r['merge_wall_s']:7.2f} s  busy {r['merge_cores_busy']:5.2f}  rss "
-                      f"{r['merge_peak_rss_mib']:6} MiB  phases {r['merge_phases_s']}  sha "
-                      f"{r['dataset_sha256'][:12]}", flush=True)
+                line = (f"parts {r['parts_wall_s']:6.2f} s  merge wall {r['merge_wall_s']:7.2f} s"
+                        f"  busy {r['merge_cores_busy']:5.2f}  rss {r['merge_peak_rss_mib']:6} MiB"
+                        f"  phases {r['merge_phases_s']}")
                 shutil.rmtree(out.with_name(out.name + ".parts"), ignore_errors=True)
             else:
                 r = sweep.build(binary, pipe, out, threads)
-                r["name"], r["kind"], r["env"] = name, kind, env
-                results.append(r)
-                print(f"{name:14} wall {r['wall_s']:7.2f} s  cpu {r['cpu_s']:7.1f} s  busy "
-                      f"{r['cores_busy']:5.2f}  system {r['system_s']:6.2f} s  rss "
-                      f"{r['peak_rss_mib']:6} MiB  phases {r['phases_s']}  rss by phase "
-                      f"{r['phase_rss_mib']}  sha {r['dataset_sha256'][:12]}", flush=True)
+                line = (f"wall {r['wall_s']:7.2f} s  cpu {r['cpu_s']:7.1f} s  busy "
+                        f"{r['cores_busy']:5.2f}  system {r['system_s']:6.2f} s  rss "
+                        f"{r['peak_rss_mib']:6} MiB  phases {r['phases_s']}  rss by phase "
+                        f"{r['phase_rss_mib']}")
+            r["name"], r["kind"], r["env"] = name, kind, env
+            results.append(r)
+            print(f"{name:14} {line}  sha {r['dataset_sha256'][:12]}", flush=True)
             shutil.rmtree(out, ignore_errors=True)
     os.environ.clear()
     os.environ.update(base)
