@@ -24,7 +24,7 @@ use crate::engine::row_path::{Outcome, RowProcessor, SpotChecks, Tokenized};
 use crate::model::SampleId;
 use crate::plan::Plan;
 use crate::read::chunks::Chunk;
-use crate::read::{read_files_with, FileSample, RawRow, ReadError, Record};
+use crate::read::{read_files_with, FileSample, RawRow, ReadError, ReadOptions, Record};
 use crate::reject::{Reject, Skip};
 use crate::report::timings::{PoolStage, Timings};
 use crate::report::SourceStats;
@@ -68,8 +68,9 @@ fn in_flight(threads: usize) -> usize {
 /// input.
 const CHUNK_BYTES: u64 = JOB_BYTES as u64;
 
-/// Whether JSON lines files are read in ranges by the workers (`CHATSHARDS_READ_RANGES=0`: by
-/// one reader thread in order, as before; the same bytes either way).
+/// Whether reading is shared with the workers: JSON lines files are read in ranges by them,
+/// and Parquet rows are turned into JSON by them (`CHATSHARDS_READ_RANGES=0`: both by one
+/// reader thread in order, as before; the same bytes either way).
 fn read_ranges() -> bool {
     static RANGES: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *RANGES.get_or_init(|| {
@@ -1591,7 +1592,10 @@ impl Context<'_> {
         commit: &mut dyn FnMut(Vec<T>) -> Result<(), RunError>,
     ) -> Result<(), RunError> {
         let files = &self.plan.sources[index].files;
-        let read_options = &self.plan.read_options;
+        let read_options = &ReadOptions {
+            defer_parquet: read_ranges(),
+            ..self.plan.read_options.clone()
+        };
         let (events_tx, events) = channel::<Event<T>>();
         // One credit per batch in flight: the reader takes one before each batch, the commit of
         // a batch gives it back. Dropping the sender stops the reader.
@@ -1649,6 +1653,9 @@ impl Context<'_> {
                             jobs.spawn(move |_| {
                                 let result =
                                     std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                                        let batch = self.timings.time(PoolStage::Prepare, || {
+                                            batch.into_iter().map(RawRow::materialize).collect()
+                                        });
                                         work(batch)
                                     }));
                                 let _ = tx.send(Event::Worked(seq, result));

@@ -416,6 +416,7 @@ mod tests {
             &ReadOptions {
                 max_row_bytes,
                 sample: None,
+                defer_parquet: false,
             },
             &mut |raw: RawRow| {
                 out.push((raw.row, raw.line, raw.into_value()));

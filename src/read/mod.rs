@@ -53,12 +53,27 @@ pub enum Record {
     Invalid(String),
     /// A record read but refused (an integer outside 64 bits in an array element).
     Refused(Reject),
+    /// A Parquet row not turned into JSON yet ([`ReadOptions::defer_parquet`]); until
+    /// [`RawRow::materialize`]d, its weight is an estimate.
+    Deferred(Box<parquet::ArrowRow>),
 }
 
 impl RawRow {
     /// The record as JSON, or why the row is skipped.
     pub fn into_value(self) -> Result<Value, Skip> {
         self.record.into_value()
+    }
+
+    /// The row with a [`Record::Deferred`] turned into the record a read without deferring
+    /// gives (the same for any other record).
+    pub fn materialize(self) -> RawRow {
+        match self.record {
+            Record::Deferred(row) => RawRow {
+                record: row.materialize(),
+                ..self
+            },
+            _ => self,
+        }
     }
 
     /// The row number to show a user: the line number for line formats, else the record index.
@@ -76,6 +91,9 @@ pub struct ReadOptions {
     /// Read only these samples of the files (`chatshards check`), counting the bytes read;
     /// a file not listed is read whole. `None`: every record of every file.
     pub sample: Option<std::sync::Arc<Sampling>>,
+    /// Hand out Parquet rows as [`Record::Deferred`], for the thread that works them to turn
+    /// into JSON (the build's passes); `false`: every record is JSON as read.
+    pub defer_parquet: bool,
 }
 
 /// 64 MiB: far above any real chat row (the longest agentic trajectories in the shipped mix
@@ -88,6 +106,7 @@ impl Default for ReadOptions {
         ReadOptions {
             max_row_bytes: DEFAULT_MAX_ROW_BYTES,
             sample: None,
+            defer_parquet: false,
         }
     }
 }
@@ -112,6 +131,7 @@ impl Record {
         match self {
             Record::Parsed(v) => value(v),
             Record::Line(line) => line.len(),
+            Record::Deferred(row) => row.estimate(),
             Record::Blank | Record::TooLarge { .. } | Record::Invalid(_) | Record::Refused(_) => 16,
         }
     }
@@ -130,6 +150,7 @@ impl Record {
             ))),
             Record::Invalid(message) => Err(invalid(message)),
             Record::Refused(reject) => Err(Skip::from(reject)),
+            Record::Deferred(row) => row.materialize().into_value(),
         }
     }
 }

@@ -91,6 +91,8 @@ pub fn read_rows(
     let mut yielded = 0usize;
     for batch in reader {
         let batch = batch.map_err(|e| err(e.to_string()))?;
+        let per_row = batch.get_array_memory_size() / batch.num_rows().max(1);
+        let deferred = options.defer_parquet.then(|| Arc::new(batch.clone()));
         for i in 0..batch.num_rows() {
             let row = match &rows_of {
                 Some(rows) => match rows.get(yielded) {
@@ -100,24 +102,67 @@ pub fn read_rows(
                 None => yielded as u64,
             };
             yielded += 1;
-            // A row group is in memory already: an oversize row is refused after reading.
-            let mut record = match row_object(&batch, i) {
-                Ok(object) => Record::Parsed(Value::Object(object)),
-                Err(why) => Record::Invalid(why.to_string()),
+            let record = match &deferred {
+                Some(batch) => Record::Deferred(Box::new(ArrowRow {
+                    batch: Arc::clone(batch),
+                    index: i,
+                    estimate: per_row,
+                    max_row_bytes: options.max_row_bytes,
+                })),
+                None => record_of(&batch, i, options.max_row_bytes),
             };
-            let bytes = record.weight() as u64;
-            if bytes > options.max_row_bytes {
-                record = Record::TooLarge {
-                    bytes,
-                    limit: options.max_row_bytes,
-                };
-            }
             if !sink(row, None, record) {
                 return Ok(false);
             }
         }
     }
     Ok(true)
+}
+
+/// Row `i` of `batch` as a record: its JSON object, `Invalid` when a cell has no JSON form, or
+/// `TooLarge` (a row group is in memory already: an oversize row is refused after reading).
+fn record_of(batch: &RecordBatch, i: usize, max_row_bytes: u64) -> Record {
+    let record = match row_object(batch, i) {
+        Ok(object) => Record::Parsed(Value::Object(object)),
+        Err(why) => Record::Invalid(why.to_string()),
+    };
+    let bytes = record.weight() as u64;
+    if bytes > max_row_bytes {
+        return Record::TooLarge {
+            bytes,
+            limit: max_row_bytes,
+        };
+    }
+    record
+}
+
+/// A Parquet row not yet turned into JSON ([`ReadOptions::defer_parquet`]): that is most of
+/// reading a Parquet file (building a map of strings per row), so the thread that works the
+/// row does it, not the one thread that reads the file in order.
+pub struct ArrowRow {
+    batch: Arc<RecordBatch>,
+    index: usize,
+    /// The batch's memory over its rows: what a job's size is counted in until the row is
+    /// [`materialize`](Self::materialize)d.
+    estimate: usize,
+    max_row_bytes: u64,
+}
+
+impl ArrowRow {
+    /// The record the row is when read without deferring.
+    pub fn materialize(&self) -> Record {
+        record_of(&self.batch, self.index, self.max_row_bytes)
+    }
+
+    pub fn estimate(&self) -> usize {
+        self.estimate
+    }
+}
+
+impl std::fmt::Debug for ArrowRow {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "ArrowRow(row {} of a batch)", self.index)
+    }
 }
 
 /// The file's footer (its metadata), read alone.
@@ -309,6 +354,7 @@ fn display(array: &dyn Array, i: usize) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::read::DEFAULT_MAX_ROW_BYTES;
     use arrow_array::{ArrayRef, BinaryArray, ListArray, StructArray};
     use arrow_buffer::OffsetBuffer;
     use arrow_schema::{Field, Fields, Schema};
@@ -389,5 +435,79 @@ mod tests {
                 _ => panic!("row 1 not refused"),
             }
         }
+    }
+
+    /// What a read hands out, as comparable text: each row's index and its record.
+    fn rows_of(path: &Path, options: &ReadOptions, only: Option<&[u64]>) -> Vec<String> {
+        let mut rows = Vec::new();
+        read_rows(path, options, only, &mut |row, line, record| {
+            let record = match record {
+                Record::Deferred(deferred) => {
+                    assert!(options.defer_parquet, "deferred without asking");
+                    deferred.materialize()
+                }
+                record => {
+                    assert!(!options.defer_parquet, "not deferred when asked");
+                    record
+                }
+            };
+            rows.push(format!("{row} {line:?} {record:?}"));
+            true
+        })
+        .expect("read");
+        rows
+    }
+
+    /// A deferred row turns into the record a direct read gives: every Parquet fixture, a
+    /// non-UTF-8 cell (`Invalid`), a limit that makes rows `TooLarge`, a row selection.
+    #[test]
+    fn a_deferred_row_materializes_to_the_record_a_direct_read_gives() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let binary = dir.path().join("binary.parquet");
+        binary_file(&binary, false);
+        let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
+        let mut files = vec![binary];
+        for entry in walk(&fixtures) {
+            if entry.extension().is_some_and(|e| e == "parquet") {
+                files.push(entry);
+            }
+        }
+        assert!(files.len() >= 9, "{files:?}");
+        let mut too_large = 0;
+        for path in &files {
+            for max_row_bytes in [DEFAULT_MAX_ROW_BYTES, 300] {
+                let direct = ReadOptions {
+                    max_row_bytes,
+                    ..ReadOptions::default()
+                };
+                let deferred = ReadOptions {
+                    defer_parquet: true,
+                    ..direct.clone()
+                };
+                let want = rows_of(path, &direct, None);
+                assert!(!want.is_empty(), "{}", path.display());
+                assert_eq!(rows_of(path, &deferred, None), want, "{}", path.display());
+                too_large += want.iter().filter(|r| r.contains("TooLarge")).count();
+                // Every other row, by index.
+                let only: Vec<u64> = (0..want.len() as u64).step_by(2).collect();
+                let picked: Vec<String> = want.iter().step_by(2).cloned().collect();
+                assert_eq!(rows_of(path, &deferred, Some(&only)), picked);
+            }
+        }
+        assert!(too_large > 0, "no row over the small limit");
+    }
+
+    fn walk(dir: &Path) -> Vec<std::path::PathBuf> {
+        let mut out = Vec::new();
+        for entry in std::fs::read_dir(dir).expect("read_dir").flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                out.extend(walk(&path));
+            } else {
+                out.push(path);
+            }
+        }
+        out.sort();
+        out
     }
 }

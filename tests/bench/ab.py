@@ -2,13 +2,14 @@
 """Like-for-like A/B of `chatshards build`: variants (binaries and environment switches) built
 in alternating rounds on the same synthetic rows, from the same kit folder as sweep.py.
 
-Usage: ab.py WORKDIR ROWS THREADS ROUNDS NAME:BINARY:plain|curated|merge[:VAR=VALUE,...] ...
+Usage: ab.py [--parquet] WORKDIR ROWS THREADS ROUNDS NAME:BINARY:plain|curated|merge[:VAR=VALUE,...] ...
 
 BINARY is relative to this script's folder (or absolute). Each build is `build --timings
 --fresh --threads THREADS`; each prints its wall and CPU seconds, cores busy, system CPU,
 peak RSS (the child's ru_maxrss), the build's phases and RSS at the end of each (`--timings`)
 and the start of its `dataset_sha256`, which must be the same for every variant of a kind
-(the script fails otherwise). The kind `merge` is the plain build as 4 parts of THREADS/4
+(the script fails otherwise). With `--parquet` the rows are read from a Parquet file that
+pyarrow writes from them (its default row groups), not from JSON lines. The kind `merge` is the plain build as 4 parts of THREADS/4
 threads each, in parallel, then `merge` at THREADS: it prints the merge's figures and the
 parts' wall. With $OUT set, the results also go to $OUT/ab-ROWS-THREADS.json. Example, 913K
 rows, two rounds, the default against a switch:
@@ -30,10 +31,11 @@ import sweep  # noqa: E402  (beside this script in the kit)
 
 
 def main():
-    if len(sys.argv) < 6:
+    parquet = "--parquet" in sys.argv
+    argv = [a for a in sys.argv if a != "--parquet"]
+    if len(argv) < 6:
         sys.exit(__doc__)
-    work, rows, threads, rounds = (Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]),
-                                   int(sys.argv[4]))
+    work, rows, threads, rounds = (Path(argv[1]), int(argv[2]), int(argv[3]), int(argv[4]))
     work.mkdir(parents=True, exist_ok=True)
     data = work / f"synthetic-{rows}.jsonl"
     if not data.exists():
@@ -41,13 +43,24 @@ def main():
         subprocess.run([sys.executable, str(HERE / "gen_synthetic.py"), str(rows), str(data)],
                        check=True)
         print(f"generated {rows} rows in {time.time() - start:.1f} s", flush=True)
+    if parquet:
+        jsonl, data = data, data.with_suffix(".parquet")
+        if not data.exists():
+            import pyarrow.json
+            import pyarrow.parquet
+            start = time.time()
+            table = pyarrow.json.read_json(jsonl)
+            pyarrow.parquet.write_table(table, data)
+            groups = pyarrow.parquet.ParquetFile(data).metadata.num_row_groups
+            print(f"wrote {data.name} ({groups} row groups) in {time.time() - start:.1f} s",
+                  flush=True)
     kit = {
         "tokenizer": sweep.find("tokenizer.json.zst", "tokenizer.json.zst", "tokenizer.json"),
         "template": sweep.find("chat_template.jinja", "chat_template.jinja"),
         "humaneval": sweep.find("HumanEval.jsonl", "HumanEval.jsonl"),
     }
     variants = []
-    for spec in sys.argv[5:]:
+    for spec in argv[5:]:
         name, binary, kind, *switches = spec.split(":")
         if kind not in ("plain", "curated", "merge"):
             sys.exit(f"ab.py: `{spec}`: the kind is plain, curated or merge, not `{kind}`")
