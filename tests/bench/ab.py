@@ -46,14 +46,14 @@ def main():
     if parquet:
         jsonl, data = data, data.with_suffix(".parquet")
         if not data.exists():
-            import pyarrow.json
-            import pyarrow.parquet
+            # In a child: a build's peak RSS (wait4) counts what this process holds when it
+            # forks, and the table is gigabytes.
             start = time.time()
-            table = pyarrow.json.read_json(jsonl)
-            pyarrow.parquet.write_table(table, data)
-            groups = pyarrow.parquet.ParquetFile(data).metadata.num_row_groups
-            print(f"wrote {data.name} ({groups} row groups) in {time.time() - start:.1f} s",
-                  flush=True)
+            subprocess.run([sys.executable, "-c", (
+                "import sys, pyarrow.json as j, pyarrow.parquet as p; "
+                "p.write_table(j.read_json(sys.argv[1]), sys.argv[2])"), str(jsonl), str(data)],
+                check=True)
+            print(f"wrote {data.name} in {time.time() - start:.1f} s", flush=True)
     kit = {
         "tokenizer": sweep.find("tokenizer.json.zst", "tokenizer.json.zst", "tokenizer.json"),
         "template": sweep.find("chat_template.jinja", "chat_template.jinja"),
