@@ -69,8 +69,9 @@ fn in_flight(threads: usize) -> usize {
 const CHUNK_BYTES: u64 = JOB_BYTES as u64;
 
 /// Whether reading is shared with the workers: JSON lines files are read in ranges by them,
-/// and Parquet rows are turned into JSON by them (`CHATSHARDS_READ_RANGES=0`: both by one
-/// reader thread in order, as before; the same bytes either way).
+/// and Parquet rows and JSON array elements are turned into JSON by them
+/// (`CHATSHARDS_READ_RANGES=0`: all by one reader thread in order, as before; the same bytes
+/// either way).
 fn read_ranges() -> bool {
     static RANGES: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *RANGES.get_or_init(|| {
@@ -1593,7 +1594,7 @@ impl Context<'_> {
     ) -> Result<(), RunError> {
         let files = &self.plan.sources[index].files;
         let read_options = &ReadOptions {
-            defer_parquet: read_ranges(),
+            defer: read_ranges(),
             ..self.plan.read_options.clone()
         };
         let (events_tx, events) = channel::<Event<T>>();

@@ -413,7 +413,7 @@ pub fn compile(path: &Path, access: HubAccess) -> Result<Plan, PlanError> {
             read_options: crate::read::ReadOptions {
                 max_row_bytes: config.max_row_bytes,
                 sample: None,
-                defer_parquet: false,
+                defer: false,
             },
             sources,
             output_dir: base.join(&config.output.dir),

@@ -160,7 +160,7 @@ mod tests {
         let options = ReadOptions {
             max_row_bytes: 20,
             sample: None,
-            defer_parquet: false,
+            defer: false,
         };
         let expected = whole(&files, &options);
         assert_eq!(expected.len(), 10, "{expected:#?}");

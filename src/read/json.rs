@@ -3,7 +3,7 @@
 //! element), anything else is JSON lines. A UTF-8 byte order mark at the start is skipped.
 
 use super::sample::Counted;
-use super::{ReadError, ReadOptions, Record};
+use super::{Deferred, ReadError, ReadOptions, Record};
 use crate::reject::RejectReason;
 use serde::de::{Deserializer, SeqAccess, Visitor};
 use serde_json::value::RawValue;
@@ -324,6 +324,17 @@ fn read_lines(
     }
 }
 
+/// Element `row` of an array, within `max_row_bytes`, as its record: parsed, or why not.
+pub(super) fn element_record(text: &str, row: u64) -> Record {
+    match super::parse(text.as_bytes()) {
+        Ok(value) => Record::Parsed(value),
+        Err(r) if r.reason == RejectReason::InvalidJson => {
+            Record::Invalid(format!("array element {row}: {}", r.message))
+        }
+        Err(r) => Record::Refused(r),
+    }
+}
+
 /// Streams the elements of a top-level array without holding the array. Each element is first
 /// read as raw text (which has no nesting limit) and then parsed on its own, so that an element
 /// nested too deep is one bad row, not the end of the file.
@@ -338,6 +349,7 @@ fn read_array(
         row: &'a mut u64,
         stopped: &'a mut bool,
         limit: u64,
+        defer: bool,
     }
     impl<'de> Visitor<'de> for Elements<'_, '_> {
         type Value = ();
@@ -346,22 +358,20 @@ fn read_array(
         }
         fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
             while let Some(raw) = seq.next_element::<Box<RawValue>>()? {
-                let text = raw.get();
-                let record = if text.len() as u64 > self.limit {
+                let size = raw.get().len() as u64;
+                let record = if size > self.limit {
                     Record::TooLarge {
-                        bytes: text.len() as u64,
+                        bytes: size,
                         limit: self.limit,
                     }
+                } else if self.defer {
+                    Record::Deferred(Box::new(Deferred::Element {
+                        text: raw,
+                        row: *self.row,
+                    }))
                 } else {
-                    match super::parse(text.as_bytes()) {
-                        Ok(value) => Record::Parsed(value),
-                        Err(r) if r.reason == RejectReason::InvalidJson => {
-                            Record::Invalid(format!("array element {}: {}", *self.row, r.message))
-                        }
-                        Err(r) => Record::Refused(r),
-                    }
+                    element_record(raw.get(), *self.row)
                 };
-                drop(raw);
                 if !(self.sink)(*self.row, None, record) {
                     *self.stopped = true;
                     // Stop reading; the error this causes at the caller is expected.
@@ -380,6 +390,7 @@ fn read_array(
         row: &mut row,
         stopped: &mut stopped,
         limit: options.max_row_bytes,
+        defer: options.defer,
     });
     if stopped {
         return Ok(false);
@@ -410,21 +421,52 @@ mod tests {
         let dir = tempfile::tempdir().expect("temp dir");
         let path = dir.path().join(name);
         std::fs::write(&path, content).expect("write");
-        let mut out = Vec::new();
+        // Read as a build reads (elements deferred, then materialized) and as everything else
+        // reads: the same records either way.
+        let [(out, _), (deferred, count)] = [false, true].map(|defer| {
+            let (mut out, mut count) = (Vec::new(), 0);
+            read_files_with(
+                std::slice::from_ref(&path),
+                &ReadOptions {
+                    max_row_bytes,
+                    sample: None,
+                    defer,
+                },
+                &mut |raw: RawRow| {
+                    count += usize::from(matches!(raw.record, Record::Deferred(_)));
+                    let raw = raw.materialize();
+                    out.push((raw.row, raw.line, format!("{:?}", raw.record)));
+                    true
+                },
+            )
+            .expect("readable");
+            (out, count)
+        });
+        assert_eq!(deferred, out, "{name}");
+        // Every element of an array within the limit is deferred (a line never is).
+        let array = name.ends_with(".json")
+            && (content.strip_prefix(BOM).unwrap_or(content))
+                .trim_ascii_start()
+                .starts_with(b"[");
+        let elements = out
+            .iter()
+            .filter(|(_, _, r)| !r.starts_with("TooLarge"))
+            .count();
+        assert_eq!(count, if array { elements } else { 0 }, "{name}");
+        let mut values = Vec::new();
         read_files_with(
             &[path],
             &ReadOptions {
                 max_row_bytes,
-                sample: None,
-                defer_parquet: false,
+                ..ReadOptions::default()
             },
             &mut |raw: RawRow| {
-                out.push((raw.row, raw.line, raw.into_value()));
+                values.push((raw.row, raw.line, raw.into_value()));
                 true
             },
         )
         .expect("readable");
-        out
+        values
     }
 
     fn records(name: &str, content: &str) -> Vec<(u64, Option<u64>, Result<Value, Skip>)> {

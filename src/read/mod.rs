@@ -53,9 +53,41 @@ pub enum Record {
     Invalid(String),
     /// A record read but refused (an integer outside 64 bits in an array element).
     Refused(Reject),
-    /// A Parquet row not turned into JSON yet ([`ReadOptions::defer_parquet`]); until
+    /// A record not turned into JSON yet ([`ReadOptions::defer`]); until
     /// [`RawRow::materialize`]d, its weight is an estimate.
-    Deferred(Box<parquet::ArrowRow>),
+    Deferred(Box<Deferred>),
+}
+
+/// A record read but not yet turned into JSON, which is most of reading it: the thread that
+/// works the row does it, not the one thread that reads a file in order.
+#[derive(Debug)]
+pub enum Deferred {
+    /// A Parquet row: a reference into its decoded record batch.
+    Parquet(parquet::ArrowRow),
+    /// A JSON array's element as text (within `max_row_bytes`), and its index in the array.
+    Element {
+        text: Box<serde_json::value::RawValue>,
+        row: u64,
+    },
+}
+
+impl Deferred {
+    /// The record a read without deferring gives.
+    pub fn materialize(self) -> Record {
+        match self {
+            Deferred::Parquet(row) => row.materialize(),
+            Deferred::Element { text, row } => json::element_record(text.get(), row),
+        }
+    }
+
+    /// About how much work the record is before it is materialized: a Parquet row's share
+    /// of its batch's memory, an element's length.
+    fn estimate(&self) -> usize {
+        match self {
+            Deferred::Parquet(row) => row.estimate(),
+            Deferred::Element { text, .. } => text.get().len(),
+        }
+    }
 }
 
 impl RawRow {
@@ -69,7 +101,7 @@ impl RawRow {
     pub fn materialize(self) -> RawRow {
         match self.record {
             Record::Deferred(row) => RawRow {
-                record: row.materialize(),
+                record: (*row).materialize(),
                 ..self
             },
             _ => self,
@@ -91,9 +123,10 @@ pub struct ReadOptions {
     /// Read only these samples of the files (`chatshards check`), counting the bytes read;
     /// a file not listed is read whole. `None`: every record of every file.
     pub sample: Option<std::sync::Arc<Sampling>>,
-    /// Hand out Parquet rows as [`Record::Deferred`], for the thread that works them to turn
-    /// into JSON (the build's passes); `false`: every record is JSON as read.
-    pub defer_parquet: bool,
+    /// Hand out Parquet rows and JSON array elements as [`Record::Deferred`], for the thread
+    /// that works them to turn into JSON (the build's passes); `false`: every record is JSON
+    /// (or a line) as read.
+    pub defer: bool,
 }
 
 /// 64 MiB: far above any real chat row (the longest agentic trajectories in the shipped mix
@@ -106,7 +139,7 @@ impl Default for ReadOptions {
         ReadOptions {
             max_row_bytes: DEFAULT_MAX_ROW_BYTES,
             sample: None,
-            defer_parquet: false,
+            defer: false,
         }
     }
 }
@@ -150,7 +183,7 @@ impl Record {
             ))),
             Record::Invalid(message) => Err(invalid(message)),
             Record::Refused(reject) => Err(Skip::from(reject)),
-            Record::Deferred(row) => row.materialize().into_value(),
+            Record::Deferred(row) => (*row).materialize().into_value(),
         }
     }
 }

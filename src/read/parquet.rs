@@ -4,7 +4,7 @@
 //! writers store strings) is read as the UTF-8 text it holds; a row whose bytes there are not
 //! UTF-8 is rejected, naming the column.
 
-use super::{ReadError, ReadOptions, Record};
+use super::{Deferred, ReadError, ReadOptions, Record};
 use arrow_array::cast::AsArray;
 use arrow_array::types::*;
 use arrow_array::{Array, RecordBatch};
@@ -92,7 +92,7 @@ pub fn read_rows(
     for batch in reader {
         let batch = batch.map_err(|e| err(e.to_string()))?;
         let per_row = batch.get_array_memory_size() / batch.num_rows().max(1);
-        let deferred = options.defer_parquet.then(|| Arc::new(batch.clone()));
+        let deferred = options.defer.then(|| Arc::new(batch.clone()));
         for i in 0..batch.num_rows() {
             let row = match &rows_of {
                 Some(rows) => match rows.get(yielded) {
@@ -103,12 +103,12 @@ pub fn read_rows(
             };
             yielded += 1;
             let record = match &deferred {
-                Some(batch) => Record::Deferred(Box::new(ArrowRow {
+                Some(batch) => Record::Deferred(Box::new(Deferred::Parquet(ArrowRow {
                     batch: Arc::clone(batch),
                     index: i,
                     estimate: per_row,
                     max_row_bytes: options.max_row_bytes,
-                })),
+                }))),
                 None => record_of(&batch, i, options.max_row_bytes),
             };
             if !sink(row, None, record) {
@@ -136,9 +136,8 @@ fn record_of(batch: &RecordBatch, i: usize, max_row_bytes: u64) -> Record {
     record
 }
 
-/// A Parquet row not yet turned into JSON ([`ReadOptions::defer_parquet`]): that is most of
-/// reading a Parquet file (building a map of strings per row), so the thread that works the
-/// row does it, not the one thread that reads the file in order.
+/// A Parquet row not yet turned into JSON ([`ReadOptions::defer`]): that is most of reading a
+/// Parquet file (building a map of strings per row).
 pub struct ArrowRow {
     batch: Arc<RecordBatch>,
     index: usize,
@@ -150,11 +149,11 @@ pub struct ArrowRow {
 
 impl ArrowRow {
     /// The record the row is when read without deferring.
-    pub fn materialize(&self) -> Record {
+    pub(super) fn materialize(&self) -> Record {
         record_of(&self.batch, self.index, self.max_row_bytes)
     }
 
-    pub fn estimate(&self) -> usize {
+    pub(super) fn estimate(&self) -> usize {
         self.estimate
     }
 }
@@ -443,11 +442,11 @@ mod tests {
         read_rows(path, options, only, &mut |row, line, record| {
             let record = match record {
                 Record::Deferred(deferred) => {
-                    assert!(options.defer_parquet, "deferred without asking");
+                    assert!(options.defer, "deferred without asking");
                     deferred.materialize()
                 }
                 record => {
-                    assert!(!options.defer_parquet, "not deferred when asked");
+                    assert!(!options.defer, "not deferred when asked");
                     record
                 }
             };
@@ -481,7 +480,7 @@ mod tests {
                     ..ReadOptions::default()
                 };
                 let deferred = ReadOptions {
-                    defer_parquet: true,
+                    defer: true,
                     ..direct.clone()
                 };
                 let want = rows_of(path, &direct, None);

@@ -175,7 +175,7 @@ pub fn survey(
                 files: BTreeMap::new(),
                 bytes_read: counter.clone(),
             })),
-            defer_parquet: false,
+            defer: false,
         };
         let mut sink = |_: u64, _: Option<u64>, record: Record| {
             rows += 1;

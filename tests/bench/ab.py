@@ -2,14 +2,15 @@
 """Like-for-like A/B of `chatshards build`: variants (binaries and environment switches) built
 in alternating rounds on the same synthetic rows, from the same kit folder as sweep.py.
 
-Usage: ab.py [--parquet] WORKDIR ROWS THREADS ROUNDS NAME:BINARY:plain|curated|merge[:VAR=VALUE,...] ...
+Usage: ab.py [--parquet | --array] WORKDIR ROWS THREADS ROUNDS NAME:BINARY:plain|curated|merge[:VAR=VALUE,...] ...
 
 BINARY is relative to this script's folder (or absolute). Each build is `build --timings
 --fresh --threads THREADS`; each prints its wall and CPU seconds, cores busy, system CPU,
 peak RSS (the child's ru_maxrss), the build's phases and RSS at the end of each (`--timings`)
 and the start of its `dataset_sha256`, which must be the same for every variant of a kind
 (the script fails otherwise). With `--parquet` the rows are read from a Parquet file that
-pyarrow writes from them (its default row groups), not from JSON lines. The kind `merge` is the plain build as 4 parts of THREADS/4
+pyarrow writes from them (its default row groups), with `--array` from one JSON array, not
+from JSON lines. The kind `merge` is the plain build as 4 parts of THREADS/4
 threads each, in parallel, then `merge` at THREADS: it prints the merge's figures and the
 parts' wall. With $OUT set, the results also go to $OUT/ab-ROWS-THREADS.json. Example, 913K
 rows, two rounds, the default against a switch:
@@ -31,8 +32,8 @@ import sweep  # noqa: E402  (beside this script in the kit)
 
 
 def main():
-    parquet = "--parquet" in sys.argv
-    argv = [a for a in sys.argv if a != "--parquet"]
+    parquet, array = "--parquet" in sys.argv, "--array" in sys.argv
+    argv = [a for a in sys.argv if a not in ("--parquet", "--array")]
     if len(argv) < 6:
         sys.exit(__doc__)
     work, rows, threads, rounds = (Path(argv[1]), int(argv[2]), int(argv[3]), int(argv[4]))
@@ -54,6 +55,14 @@ def main():
                 "p.write_table(j.read_json(sys.argv[1]), sys.argv[2])"), str(jsonl), str(data)],
                 check=True)
             print(f"wrote {data.name} in {time.time() - start:.1f} s", flush=True)
+    if array:
+        jsonl, data = data, data.with_suffix(".json")
+        if not data.exists():
+            with open(jsonl, "rb") as lines, open(data, "wb") as out:
+                out.write(b"[\n")
+                for i, line in enumerate(lines):
+                    out.write((b",\n" if i else b"") + line.rstrip(b"\n"))
+                out.write(b"\n]\n")
     kit = {
         "tokenizer": sweep.find("tokenizer.json.zst", "tokenizer.json.zst", "tokenizer.json"),
         "template": sweep.find("chat_template.jinja", "chat_template.jinja"),
